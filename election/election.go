@@ -1,0 +1,343 @@
+package election
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/sqlelect/sqlelect/internal/dialect"
+	"github.com/sqlelect/sqlelect/session"
+)
+
+// Lease is the state of a namespace's leadership seat as one call saw it.
+type Lease struct {
+	// Namespace is the election the lease belongs to.
+	Namespace string
+	// Leader is the candidate holding the lease; uuid.Nil when the seat is
+	// vacant or the lease has expired.
+	Leader uuid.UUID
+	// Term is the fencing token of the lease: it grows by one each time the
+	// lease goes to a candidate that did not already hold it. Within a term
+	// exactly one candidate leads. Zero when vacant.
+	Term int64
+	// ExpiresAt is when the lease ends, by the database clock (UTC).
+	ExpiresAt time.Time
+	// AcquiredAt is when the term began, by the database clock (UTC).
+	AcquiredAt time.Time
+}
+
+// Vacant reports whether the lease names no leader.
+func (l Lease) Vacant() bool { return l.Leader == uuid.Nil }
+
+// HeldBy reports whether the lease names id as its leader.
+func (l Lease) HeldBy(id uuid.UUID) bool { return id != uuid.Nil && l.Leader == id }
+
+// Election runs the election of one namespace on one database. It is safe
+// for concurrent use; make one per namespace and share it.
+type Election struct {
+	db        *gorm.DB
+	d         dialect.Dialect
+	namespace string
+	expire    time.Duration
+	log       *slog.Logger
+	txOpts    *sql.TxOptions
+	q         queries
+
+	mu        sync.Mutex
+	held      map[uuid.UUID]Lease // leases this value granted or renewed, for the one-statement renewal
+	lastPrune time.Time           // monotonic
+	vacated   []func(ctx context.Context, conn gorm.ConnPool) error
+}
+
+// New binds an election to db and a namespace. It checks the options and the
+// database's settings, and never changes db's configuration: the Election
+// works on its own GORM session. The tables need not exist yet; calls
+// return ErrNotMigrated until migrate.Up has run.
+//
+// db must be a database handle, not a transaction (pass those to the calls
+// with WithTx). New refuses, with ErrUnsafeDatabase and the setting to add,
+// a database whose settings break elections under contention: a SQLite file
+// not in WAL mode or without a busy timeout, a MySQL handle without
+// parseTime or not in UTC. session.Open applies all of them.
+func New(db *gorm.DB, opts ...Option) (*Election, error) {
+	c := config{namespace: DefaultNamespace, expire: DefaultExpire, logger: slog.Default()}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: nil Option", ErrInvalidOption)
+		}
+		o.apply(&c)
+	}
+	if err := validNamespace(c.namespace); err != nil {
+		return nil, err
+	}
+	if len(c.errs) > 0 {
+		return nil, errors.Join(c.errs...)
+	}
+	if db == nil || db.Statement == nil || db.Dialector == nil {
+		return nil, fmt.Errorf("%w: nil database", ErrInvalidOption)
+	}
+	if session.InTransaction(db) {
+		return nil, fmt.Errorf("%w: New needs a database handle, not a transaction; pass transactions to calls with WithTx", ErrInvalidOption)
+	}
+	d, err := dialect.For(db)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+	}
+	// A session of our own: the caller's *gorm.DB and its Config stay as
+	// they were. Statements go straight to the pool, so GORM's logger would
+	// see nothing but what Check runs.
+	own := db.Session(&gorm.Session{NewDB: true, Logger: logger.Discard})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	txOpts, err := d.Check(ctx, own)
+	if err != nil {
+		if errors.Is(err, errUnsafe) {
+			return nil, fmt.Errorf("%w: %w", ErrUnsafeDatabase, err)
+		}
+		return nil, fmt.Errorf("election: checking the database: %w", err)
+	}
+	return &Election{
+		db:        own,
+		d:         d,
+		namespace: c.namespace,
+		expire:    c.expire,
+		log:       c.logger.With("namespace", c.namespace),
+		txOpts:    txOpts,
+		q:         buildQueries(d),
+		held:      map[uuid.UUID]Lease{},
+	}, nil
+}
+
+// Namespace returns the namespace the Election is bound to.
+func (e *Election) Namespace() string { return e.namespace }
+
+// Expire returns the expiry window.
+func (e *Election) Expire() time.Duration { return e.expire }
+
+// queries are the statements of the protocol, built once per dialect.
+type queries struct {
+	upsertNow, upsertAt, insertLeader, keepLease, grant string
+	vacate, vacateTerm, deleteCandidate                 string
+	isLeader, list, expired, prune                      string
+	selectLeader                                        map[dialect.Lock]string
+}
+
+func buildQueries(d dialect.Dialect) queries {
+	now, plus := d.Now(), d.NowPlus()
+	insertCandidate := "INSERT INTO election_candidates (namespace, candidate_id, registered_at, last_heartbeat_at, expires_at) VALUES "
+	q := queries{
+		upsertNow:       insertCandidate + "(?, ?, " + now + ", " + now + ", " + plus + ") " + d.UpsertCandidate(),
+		upsertAt:        insertCandidate + "(?, ?, ?, ?, ?) " + d.UpsertCandidate(),
+		insertLeader:    "INSERT INTO election_leaders (namespace, leader_id, term, lease_expires_at, acquired_at, updated_at) VALUES (?, ?, 1, ?, ?, ?) " + d.InsertIgnore(),
+		keepLease:       "UPDATE election_leaders SET lease_expires_at = ?, updated_at = ? WHERE namespace = ? AND leader_id = ? AND term = ?",
+		grant:           "UPDATE election_leaders SET leader_id = ?, term = term + 1, lease_expires_at = ?, acquired_at = ?, updated_at = ? WHERE namespace = ? AND term = ?",
+		vacate:          "UPDATE election_leaders SET leader_id = NULL, lease_expires_at = NULL, updated_at = " + now + " WHERE namespace = ? AND leader_id = ?",
+		vacateTerm:      "UPDATE election_leaders SET leader_id = NULL, lease_expires_at = NULL, updated_at = " + now + " WHERE namespace = ? AND leader_id = ? AND term = ?",
+		deleteCandidate: "DELETE FROM election_candidates WHERE namespace = ? AND candidate_id = ?",
+		isLeader:        "SELECT COUNT(*) FROM election_leaders WHERE namespace = ? AND leader_id = ? AND lease_expires_at > " + now,
+		list:            "SELECT candidate_id FROM election_candidates WHERE namespace = ? AND expires_at > " + now + " ORDER BY candidate_id",
+		expired:         "SELECT candidate_id FROM election_candidates WHERE namespace = ? AND expires_at < " + plus,
+		prune:           "DELETE FROM election_candidates WHERE namespace = ? AND candidate_id = ? AND expires_at < " + plus,
+		selectLeader:    map[dialect.Lock]string{},
+	}
+	for _, s := range []*string{&q.upsertNow, &q.upsertAt, &q.insertLeader, &q.keepLease, &q.grant, &q.vacate, &q.vacateTerm,
+		&q.deleteCandidate, &q.isLeader, &q.list, &q.expired, &q.prune} {
+		*s = d.Rebind(*s)
+	}
+	for _, l := range []dialect.Lock{dialect.NoLock, dialect.ShareLock, dialect.UpdateLock} {
+		q.selectLeader[l] = d.SelectLeader(l)
+	}
+	return q
+}
+
+// Retry policy for transient conflicts in transactions the library owns.
+const (
+	maxAttempts  = 12
+	firstBackoff = 2 * time.Millisecond
+	maxBackoff   = 250 * time.Millisecond
+)
+
+// do runs fn once in the caller's transaction (WithTx), or in a connection
+// or transaction of its own (inTx) with bounded retries of transient
+// conflicts. It turns errors into the package's sentinels.
+func (e *Election) do(ctx context.Context, op string, opts []CallOption, inTx bool, fn func(conn gorm.ConnPool, callerTx bool) error) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalidOption)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("election: %s: %w", op, err)
+	}
+	var cc callConfig
+	for _, o := range opts {
+		if o == nil {
+			return fmt.Errorf("%w: nil CallOption", ErrInvalidOption)
+		}
+		o.applyCall(&cc)
+	}
+	if cc.err != nil {
+		return cc.err
+	}
+	if cc.tx != nil {
+		if !session.InTransaction(cc.tx) {
+			return fmt.Errorf("%w: WithTx needs a handle inside a transaction (from db.Begin, db.Transaction or session.FromTx)", ErrInvalidOption)
+		}
+		if cc.tx.Dialector == nil || cc.tx.Dialector.Name() != e.db.Dialector.Name() {
+			return fmt.Errorf("%w: WithTx transaction is not on a %s database", ErrInvalidOption, e.d.Name())
+		}
+		return e.wrap(ctx, op, fn(cc.tx.Statement.ConnPool, true), true)
+	}
+	backoff := firstBackoff
+	for attempt := 1; ; attempt++ {
+		err := e.once(ctx, inTx, fn)
+		if err == nil {
+			return nil
+		}
+		if e.d.Classify(err) != dialect.Transient || attempt == maxAttempts || ctx.Err() != nil {
+			return e.wrap(ctx, op, err, false)
+		}
+		sleep := backoff/2 + rand.N(backoff)
+		e.log.Debug("election: retrying after a transient conflict", "op", op, "attempt", attempt, "err", err)
+		t := time.NewTimer(sleep)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return e.wrap(ctx, op, err, false)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+func (e *Election) once(ctx context.Context, inTx bool, fn func(gorm.ConnPool, bool) error) error {
+	if !inTx {
+		return fn(e.db.Statement.ConnPool, false)
+	}
+	tx := e.db.WithContext(ctx).Begin(e.txOpts)
+	if tx.Error != nil {
+		return tx.Error
+	}
+	if err := fn(tx.Statement.ConnPool, false); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit().Error
+}
+
+func (e *Election) wrap(ctx context.Context, op string, err error, callerTx bool) error {
+	if err == nil {
+		return nil
+	}
+	var known *callError
+	if errors.As(err, &known) {
+		return err
+	}
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("election: %s: %w: %w", op, cerr, err)
+	}
+	switch e.d.Classify(err) {
+	case dialect.MissingTable:
+		return fmt.Errorf("%w: %s: %w", ErrNotMigrated, op, err)
+	case dialect.Transient:
+		if callerTx {
+			return fmt.Errorf("%w: %s in the caller's transaction (roll it back and retry): %w", ErrConflict, op, err)
+		}
+		return fmt.Errorf("%w: %s failed %d times: %w", ErrConflict, op, maxAttempts, err)
+	}
+	return fmt.Errorf("election: %s: %w", op, err)
+}
+
+// callError marks errors that are already in their final form.
+type callError struct{ err error }
+
+func (c *callError) Error() string { return c.err.Error() }
+func (c *callError) Unwrap() error { return c.err }
+
+func final(format string, args ...any) error { return &callError{fmt.Errorf(format, args...)} }
+
+// seat is the leader row as read with the database clock.
+type seat struct {
+	now      time.Time
+	exists   bool
+	leader   uuid.UUID // uuid.Nil when vacant
+	term     int64
+	expires  time.Time
+	acquired time.Time
+}
+
+func (s seat) live() bool { return s.leader != uuid.Nil && s.expires.After(s.now) }
+
+func (e *Election) readSeat(ctx context.Context, conn gorm.ConnPool, lock dialect.Lock) (seat, error) {
+	var (
+		now, exp, acq dialect.Time
+		leader        uuid.NullUUID
+		term          sql.NullInt64
+	)
+	if err := conn.QueryRowContext(ctx, e.q.selectLeader[lock], e.namespace).Scan(&now, &leader, &term, &exp, &acq); err != nil {
+		return seat{}, err
+	}
+	s := seat{now: now.Time, exists: term.Valid, term: term.Int64, expires: exp.Time, acquired: acq.Time}
+	if leader.Valid && exp.Valid {
+		s.leader = leader.UUID
+	}
+	return s, nil
+}
+
+// lease is the seat as the protocol reports it: vacant when expired.
+func (e *Election) lease(s seat) Lease {
+	if !s.live() {
+		return Lease{Namespace: e.namespace}
+	}
+	return Lease{Namespace: e.namespace, Leader: s.leader, Term: s.term, ExpiresAt: s.expires, AcquiredAt: s.acquired}
+}
+
+func (e *Election) remember(id uuid.UUID, l Lease) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if l.HeldBy(id) {
+		e.held[id] = l
+	} else {
+		delete(e.held, id)
+	}
+}
+
+func (e *Election) forget(id uuid.UUID) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.held, id)
+}
+
+func (e *Election) cached(id uuid.UUID) (Lease, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	l, ok := e.held[id]
+	return l, ok
+}
+
+// onVacate registers fn to run in the transaction that vacates the seat
+// (UnregisterCandidate or Resign by the leader), e.g. to wake candidates.
+func (e *Election) onVacate(fn func(ctx context.Context, conn gorm.ConnPool) error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.vacated = append(e.vacated, fn)
+}
+
+func (e *Election) runVacated(ctx context.Context, conn gorm.ConnPool) error {
+	e.mu.Lock()
+	fns := append([]func(context.Context, gorm.ConnPool) error(nil), e.vacated...)
+	e.mu.Unlock()
+	for _, fn := range fns {
+		if err := fn(ctx, conn); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,47 @@
+package election
+
+import (
+	"errors"
+
+	"github.com/sqlelect/sqlelect/internal/dialect"
+)
+
+// Sentinel errors. Every error a call returns for one of these reasons
+// matches the sentinel with errors.Is; its message says more.
+var (
+	// ErrInvalidCandidate is returned for a candidate id that is uuid.Nil.
+	ErrInvalidCandidate = errors.New("election: invalid candidate id (uuid.Nil)")
+
+	// ErrInvalidNamespace is returned by New for a namespace that is empty,
+	// longer than MaxNamespaceLen bytes, not UTF-8, or contains a NUL byte.
+	ErrInvalidNamespace = errors.New("election: invalid namespace")
+
+	// ErrInvalidOption is returned for settings that do not make sense or do
+	// not fit together: a nil database, a non-positive duration, an interval
+	// that does not fit inside the expiry window, WithTx given something that
+	// is not a transaction on the same kind of database.
+	ErrInvalidOption = errors.New("election: invalid option")
+
+	// ErrUnsafeDatabase is returned by New for a database handle whose
+	// settings break elections under contention; the message names the
+	// setting to add (or says to open the database with session.Open).
+	ErrUnsafeDatabase = errors.New("election: database settings unsafe for elections")
+
+	// ErrNotLeader is returned by Guard when the lease is no longer held:
+	// another candidate leads, the term moved on, or the lease expired.
+	ErrNotLeader = errors.New("election: not leader")
+
+	// ErrNotMigrated is returned when the election tables do not exist.
+	ErrNotMigrated = errors.New("election: election tables missing (run migrate.Up)")
+
+	// ErrConflict wraps a transient database conflict (deadlock,
+	// serialization failure, lock timeout, SQLITE_BUSY). Calls that own their
+	// transaction retry those with a bounded backoff and return ErrConflict
+	// only when every attempt failed. Calls made WithTx return it at once:
+	// the database has then aborted or poisoned the caller's transaction,
+	// which the caller must roll back and retry.
+	ErrConflict = errors.New("election: transient conflict")
+)
+
+// errUnsafe connects the dialect's error to the public sentinel.
+var errUnsafe = dialect.ErrUnsafeSettings

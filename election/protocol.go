@@ -1,0 +1,361 @@
+package election
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+
+	"github.com/sqlelect/sqlelect/internal/dialect"
+)
+
+// RegisterCandidate creates or refreshes the row of candidate id:
+// last_heartbeat_at becomes the database clock's now and expires_at now plus
+// the expiry window. A candidate is live, and listed by ListCandidates, until
+// expires_at passes.
+//
+// It returns ErrInvalidCandidate for uuid.Nil and ErrNotMigrated before
+// migrate.Up has run.
+func (e *Election) RegisterCandidate(ctx context.Context, id uuid.UUID, opts ...CallOption) error {
+	return e.register(ctx, "RegisterCandidate", id, opts)
+}
+
+// Heartbeat keeps candidate id live. It is RegisterCandidate under another
+// name, and creates the row if it is missing.
+func (e *Election) Heartbeat(ctx context.Context, id uuid.UUID, opts ...CallOption) error {
+	return e.register(ctx, "Heartbeat", id, opts)
+}
+
+func (e *Election) register(ctx context.Context, op string, id uuid.UUID, opts []CallOption) error {
+	if id == uuid.Nil {
+		return fmt.Errorf("%w: %s", ErrInvalidCandidate, op)
+	}
+	return e.do(ctx, op, opts, false, func(conn gorm.ConnPool, _ bool) error {
+		_, err := conn.ExecContext(ctx, e.q.upsertNow, e.namespace, id, e.d.DurationArg(e.expire))
+		return err
+	})
+}
+
+// Elect runs one round of the election for candidate id and returns the
+// lease as it stands after the call, which may name another candidate.
+//
+// In one transaction it refreshes id's candidate row and locks the
+// namespace's leader row (SELECT ... FOR UPDATE; SQLite's write lock). The
+// lease goes to id when the seat is vacant, the lease has expired, or id
+// already holds it; a live lease of another candidate is never preempted.
+// Renewing keeps the term; every other grant increases it by one. When the
+// leader row does not exist yet, id creates it with term 1; if another caller
+// created it at the same moment, Elect locks the new row and decides again.
+//
+// A candidate that holds the lease through this Election renews it with a
+// single guarded statement (WHERE leader_id = id AND term = its term AND the
+// lease is live), falling back to the full transaction when that changes
+// nothing.
+func (e *Election) Elect(ctx context.Context, id uuid.UUID, opts ...CallOption) (Lease, error) {
+	if id == uuid.Nil {
+		return Lease{}, fmt.Errorf("%w: Elect", ErrInvalidCandidate)
+	}
+	var out Lease
+	if prev, ok := e.cached(id); ok {
+		renewed := false
+		err := e.do(ctx, "Elect", opts, false, func(conn gorm.ConnPool, _ bool) error {
+			r, ok, err := e.d.Renew(ctx, conn, e.namespace, id, prev.Term, e.expire)
+			if ok {
+				renewed = true
+				out = prev
+				out.ExpiresAt = r.ExpiresAt
+			}
+			return err
+		})
+		if err != nil {
+			return Lease{}, err
+		}
+		if renewed {
+			e.remember(id, out)
+			e.maybePrune(ctx, opts)
+			return out, nil
+		}
+		e.forget(id)
+	}
+	err := e.do(ctx, "Elect", opts, true, func(conn gorm.ConnPool, _ bool) error {
+		var err error
+		out, err = e.elect(ctx, conn, id)
+		return err
+	})
+	if err != nil {
+		return Lease{}, err
+	}
+	e.remember(id, out)
+	if out.HeldBy(id) {
+		e.maybePrune(ctx, opts)
+	}
+	return out, nil
+}
+
+// elect is Elect's transaction.
+func (e *Election) elect(ctx context.Context, conn gorm.ConnPool, id uuid.UUID) (Lease, error) {
+	for attempt := 0; attempt < 2; attempt++ {
+		if err := e.d.TakeWriteLock(ctx, conn, e.namespace); err != nil {
+			return Lease{}, err
+		}
+		s, err := e.readSeat(ctx, conn, dialect.UpdateLock)
+		if err != nil {
+			return Lease{}, err
+		}
+		// Both times are bound as computed here, to the microsecond the
+		// columns keep, so the Lease reports exactly what was stored.
+		s.now = s.now.Truncate(time.Microsecond)
+		expires := s.now.Add(e.expire).Truncate(time.Microsecond)
+		now, exp := e.d.TimeArg(s.now), e.d.TimeArg(expires)
+		if _, err := conn.ExecContext(ctx, e.q.upsertAt, e.namespace, id, now, now, exp); err != nil {
+			return Lease{}, err
+		}
+		mine := Lease{Namespace: e.namespace, Leader: id, ExpiresAt: expires}
+		switch {
+		case !s.exists:
+			n, err := affected(conn.ExecContext(ctx, e.q.insertLeader, e.namespace, id, exp, now, now))
+			if err != nil {
+				return Lease{}, err
+			}
+			if n == 0 {
+				// Another candidate created the row since we looked: its
+				// insert has committed, so lock the row and decide again.
+				continue
+			}
+			mine.Term, mine.AcquiredAt = 1, s.now
+			e.log.Debug("election: first leader of namespace", "leader", id, "term", 1)
+			return mine, nil
+		case s.leader == id && s.live():
+			if _, err := conn.ExecContext(ctx, e.q.keepLease, exp, now, e.namespace, id, s.term); err != nil {
+				return Lease{}, err
+			}
+			mine.Term, mine.AcquiredAt = s.term, s.acquired
+			return mine, nil
+		case !s.live():
+			n, err := affected(conn.ExecContext(ctx, e.q.grant, id, exp, now, now, e.namespace, s.term))
+			if err != nil {
+				return Lease{}, err
+			}
+			if n != 1 {
+				return Lease{}, fmt.Errorf("leader row of term %d changed under its lock", s.term)
+			}
+			mine.Term, mine.AcquiredAt = s.term+1, s.now
+			e.log.Debug("election: new leader", "leader", id, "term", mine.Term, "previous", s.leader)
+			return mine, nil
+		default:
+			return e.lease(s), nil
+		}
+	}
+	// The row was created twice under us, which only a snapshot older than
+	// the other inserts (a caller's REPEATABLE READ transaction) explains:
+	// report the leader as it can be read.
+	s, err := e.readSeat(ctx, conn, dialect.NoLock)
+	if err != nil {
+		return Lease{}, err
+	}
+	return e.lease(s), nil
+}
+
+func affected(res interface{ RowsAffected() (int64, error) }, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// IsLeader reports whether candidate id holds an unexpired lease, judged by
+// the database clock.
+func (e *Election) IsLeader(ctx context.Context, id uuid.UUID, opts ...CallOption) (bool, error) {
+	if id == uuid.Nil {
+		return false, fmt.Errorf("%w: IsLeader", ErrInvalidCandidate)
+	}
+	var n int64
+	err := e.do(ctx, "IsLeader", opts, false, func(conn gorm.ConnPool, _ bool) error {
+		return conn.QueryRowContext(ctx, e.q.isLeader, e.namespace, id).Scan(&n)
+	})
+	return n > 0, err
+}
+
+// Leader returns the namespace's current lease: a Lease with Leader uuid.Nil
+// when the seat is vacant or the lease has expired.
+func (e *Election) Leader(ctx context.Context, opts ...CallOption) (Lease, error) {
+	var out Lease
+	err := e.do(ctx, "Leader", opts, false, func(conn gorm.ConnPool, _ bool) error {
+		s, err := e.readSeat(ctx, conn, dialect.NoLock)
+		out = e.lease(s)
+		return err
+	})
+	if err != nil {
+		return Lease{}, err
+	}
+	return out, nil
+}
+
+// ListCandidates returns the live candidates (expires_at later than the
+// database clock's now), ordered by id. The slice is empty, not nil, when
+// there are none.
+func (e *Election) ListCandidates(ctx context.Context, opts ...CallOption) ([]uuid.UUID, error) {
+	out := []uuid.UUID{}
+	err := e.do(ctx, "ListCandidates", opts, false, func(conn gorm.ConnPool, _ bool) error {
+		out = out[:0]
+		rows, err := conn.QueryContext(ctx, e.q.list, e.namespace)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id uuid.UUID
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			out = append(out, id)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// UnregisterCandidate deletes candidate id's row. If id was the leader, it
+// also vacates the seat so another candidate can take over at once, instead
+// of waiting for the lease to expire. The term is kept; the next grant
+// increases it. Unregistering an unknown candidate is not an error.
+func (e *Election) UnregisterCandidate(ctx context.Context, id uuid.UUID, opts ...CallOption) error {
+	if id == uuid.Nil {
+		return fmt.Errorf("%w: UnregisterCandidate", ErrInvalidCandidate)
+	}
+	err := e.do(ctx, "UnregisterCandidate", opts, true, func(conn gorm.ConnPool, _ bool) error {
+		n, err := affected(conn.ExecContext(ctx, e.q.vacate, e.namespace, id))
+		if err != nil {
+			return err
+		}
+		if _, err := conn.ExecContext(ctx, e.q.deleteCandidate, e.namespace, id); err != nil {
+			return err
+		}
+		if n > 0 {
+			return e.runVacated(ctx, conn)
+		}
+		return nil
+	})
+	e.forget(id)
+	return err
+}
+
+// Resign gives up the lease of candidate id, if it holds it, and leaves the
+// seat vacant for the next Elect of any candidate; id stays a candidate. It
+// is not an error when id does not lead.
+func (e *Election) Resign(ctx context.Context, id uuid.UUID, opts ...CallOption) error {
+	if id == uuid.Nil {
+		return fmt.Errorf("%w: Resign", ErrInvalidCandidate)
+	}
+	err := e.do(ctx, "Resign", opts, true, func(conn gorm.ConnPool, _ bool) error {
+		n, err := affected(conn.ExecContext(ctx, e.q.vacate, e.namespace, id))
+		if err != nil || n == 0 {
+			return err
+		}
+		return e.runVacated(ctx, conn)
+	})
+	e.forget(id)
+	return err
+}
+
+// Guard returns nil while lease is still held: the seat names the same
+// leader in the same term and the lease has not expired by the database
+// clock. Otherwise it returns an error matching ErrNotLeader.
+//
+// With WithTx, Guard also locks the leader row shared until the caller's
+// transaction ends, so no other candidate can take the seat, and no new term
+// can commit, before the caller's leader-only writes in that transaction
+// commit or roll back. Write leader-only data in the same transaction, after
+// Guard, and a stale leader can never commit. (On SQLite the database's
+// single writer gives the same: a write after Guard fails if another
+// connection wrote in between.) Without WithTx, Guard only checks.
+func (e *Election) Guard(ctx context.Context, lease Lease, opts ...CallOption) error {
+	if lease.Leader == uuid.Nil {
+		return fmt.Errorf("%w: the lease names no leader", ErrNotLeader)
+	}
+	if lease.Namespace != "" && lease.Namespace != e.namespace {
+		return fmt.Errorf("%w: the lease is for namespace %q, the election for %q", ErrNotLeader, lease.Namespace, e.namespace)
+	}
+	return e.do(ctx, "Guard", opts, false, func(conn gorm.ConnPool, callerTx bool) error {
+		lock := dialect.NoLock
+		if callerTx {
+			lock = dialect.ShareLock
+		}
+		s, err := e.readSeat(ctx, conn, lock)
+		if err != nil {
+			return err
+		}
+		switch {
+		case !s.live():
+			return final("%w: the lease of %s (term %d) has expired or was given up", ErrNotLeader, lease.Leader, lease.Term)
+		case s.leader != lease.Leader || s.term != lease.Term:
+			return final("%w: %s leads namespace %q in term %d, not %s in term %d", ErrNotLeader, s.leader, e.namespace, s.term, lease.Leader, lease.Term)
+		}
+		return nil
+	})
+}
+
+// Prune deletes the rows of candidates that expired more than one expiry
+// window ago and returns how many it deleted. Elect runs it now and then on
+// behalf of the leader; call it directly from maintenance jobs if you like.
+func (e *Election) Prune(ctx context.Context, opts ...CallOption) (int, error) {
+	var n int
+	err := e.do(ctx, "Prune", opts, false, func(conn gorm.ConnPool, _ bool) error {
+		n = 0
+		rows, err := conn.QueryContext(ctx, e.q.expired, e.namespace, e.d.DurationArg(-e.expire))
+		if err != nil {
+			return err
+		}
+		var ids []uuid.UUID
+		for rows.Next() {
+			var id uuid.UUID
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return err
+			}
+			ids = append(ids, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		// One row at a time, by primary key: no range locks, and a
+		// candidate that came back since the SELECT is kept.
+		for _, id := range ids {
+			m, err := affected(conn.ExecContext(ctx, e.q.prune, e.namespace, id, e.d.DurationArg(-e.expire)))
+			if err != nil {
+				return err
+			}
+			n += int(m)
+		}
+		return nil
+	})
+	return n, err
+}
+
+// maybePrune prunes at most every half expiry window, outside the caller's
+// transaction only.
+func (e *Election) maybePrune(ctx context.Context, opts []CallOption) {
+	if len(opts) > 0 {
+		return
+	}
+	e.mu.Lock()
+	due := e.lastPrune.IsZero() || time.Since(e.lastPrune) >= e.expire/2
+	if due {
+		e.lastPrune = time.Now()
+	}
+	e.mu.Unlock()
+	if !due {
+		return
+	}
+	if n, err := e.Prune(ctx); err != nil {
+		e.log.Warn("election: pruning expired candidates failed", "err", err)
+	} else if n > 0 {
+		e.log.Debug("election: pruned expired candidates", "count", n)
+	}
+}

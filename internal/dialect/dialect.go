@@ -1,0 +1,185 @@
+// Package dialect is the one place where PostgreSQL, MySQL/MariaDB and SQLite
+// differ. Everything else in the module writes portable SQL with ? markers and
+// asks a Dialect for the pieces that cannot be portable: the database clock,
+// row locks, upserts, error codes and the settings a database needs.
+package dialect
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+)
+
+// Lock is the strength of the row lock taken when reading the leader row.
+type Lock int
+
+const (
+	// NoLock reads the row without locking it.
+	NoLock Lock = iota
+	// ShareLock locks the row against writers until the transaction ends.
+	ShareLock
+	// UpdateLock locks the row against writers and other lockers.
+	UpdateLock
+)
+
+// Class sorts database errors into what the caller must do about them.
+type Class int
+
+const (
+	// Other is any error the library does not treat specially.
+	Other Class = iota
+	// Duplicate is a unique-key violation.
+	Duplicate
+	// Transient is a deadlock, serialization failure, lock timeout or busy
+	// database: the transaction can be retried from its start.
+	Transient
+	// MissingTable means the schema has not been created.
+	MissingTable
+)
+
+// Renewed is the result of a successful single-statement lease renewal.
+type Renewed struct {
+	ExpiresAt time.Time
+}
+
+// Dialect is implemented once per database. Query strings it returns use ?
+// markers unless documented otherwise; Rebind turns them into the driver's
+// form.
+type Dialect interface {
+	// Name is the dialect's name as GORM reports it: postgres, mysql or sqlite.
+	Name() string
+	// Gorm returns a GORM dialector running on pool.
+	Gorm(pool *sql.DB) gorm.Dialector
+	// Rebind rewrites ? markers into the driver's placeholder form.
+	Rebind(query string) string
+	// Now is an SQL expression for the database clock in UTC, read when the
+	// expression is evaluated, not when the transaction began.
+	Now() string
+	// NowPlus is Now plus a duration given as the expression's one bound
+	// parameter, whose value DurationArg makes.
+	NowPlus() string
+	// DurationArg is the bound value NowPlus expects for d.
+	DurationArg(d time.Duration) any
+	// TimeArg is the bound value for a timestamp column.
+	TimeArg(t time.Time) any
+	// UpsertCandidate is the clause appended to
+	// INSERT INTO election_candidates (...) VALUES (...) that refreshes
+	// last_heartbeat_at and expires_at of an existing row.
+	UpsertCandidate() string
+	// InsertIgnore is the clause appended to an INSERT into election_leaders
+	// that makes a duplicate namespace a no-op (zero rows affected).
+	InsertIgnore() string
+	// SelectLeader returns a query with one marker (the namespace) yielding
+	// exactly one row: db_now, leader_id, term, lease_expires_at, acquired_at.
+	// The leader columns are NULL when the namespace has no row. db_now is read
+	// after the lock was granted.
+	SelectLeader(lock Lock) string
+	// TakeWriteLock makes sure the current transaction holds whatever lock
+	// serializes elections (SQLite's database write lock); a no-op where
+	// SelectLeader's row lock does it.
+	TakeWriteLock(ctx context.Context, conn gorm.ConnPool, namespace string) error
+	// Renew renews in one statement a lease the candidate holds with the given
+	// term, and refreshes its candidate row. ok is false when the lease is not
+	// held with that term or has expired; nothing is changed then.
+	Renew(ctx context.Context, conn gorm.ConnPool, namespace string, id uuid.UUID, term int64, expire time.Duration) (r Renewed, ok bool, err error)
+	// Classify sorts an error returned by the driver.
+	Classify(err error) Class
+	// Check inspects the connection settings of db when an election is
+	// created. It returns the options transactions owned by the library must
+	// be begun with, or an error naming a setting that is unsafe.
+	Check(ctx context.Context, db *gorm.DB) (*sql.TxOptions, error)
+	// LockMigrations serializes schema changes across processes on the given
+	// connection. release undoes it and must be called.
+	LockMigrations(ctx context.Context, conn *sql.Conn) (release func(commit bool) error, err error)
+}
+
+// ErrUnsafeSettings is wrapped by errors from Check: the database handle is
+// configured in a way that breaks elections under contention.
+var ErrUnsafeSettings = errors.New("unsafe database settings")
+
+// For returns the dialect of db, chosen once by the GORM dialector's name.
+func For(db *gorm.DB) (Dialect, error) {
+	if db == nil || db.Dialector == nil {
+		return nil, errors.New("no database")
+	}
+	return ByName(db.Dialector.Name())
+}
+
+// ByName returns the dialect called name.
+func ByName(name string) (Dialect, error) {
+	switch name {
+	case "postgres":
+		return postgres{}, nil
+	case "mysql":
+		return mysql{}, nil
+	case "sqlite", "sqlite3":
+		return sqlite{}, nil
+	}
+	return nil, fmt.Errorf("database %q is not supported (want postgres, mysql or sqlite)", name)
+}
+
+// Time scans a timestamp whatever form the driver returns it in: time.Time,
+// or text as SQLite and MySQL without parseTime give it. The result is UTC.
+type Time struct {
+	Time  time.Time
+	Valid bool
+}
+
+var textLayouts = []string{
+	"2006-01-02 15:04:05.999999999-07:00",
+	"2006-01-02T15:04:05.999999999-07:00",
+	"2006-01-02 15:04:05.999999999",
+	"2006-01-02T15:04:05.999999999",
+	"2006-01-02T15:04:05.999999999Z07:00",
+	"2006-01-02 15:04:05.999999999Z07:00",
+}
+
+// Scan implements sql.Scanner.
+func (t *Time) Scan(src any) error {
+	switch v := src.(type) {
+	case nil:
+		*t = Time{}
+		return nil
+	case time.Time:
+		*t = Time{Time: v.UTC(), Valid: true}
+		return nil
+	case []byte:
+		return t.parse(string(v))
+	case string:
+		return t.parse(v)
+	}
+	return fmt.Errorf("cannot scan %T into a timestamp", src)
+}
+
+func (t *Time) parse(s string) error {
+	for _, layout := range textLayouts {
+		if v, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
+			*t = Time{Time: v.UTC(), Valid: true}
+			return nil
+		}
+	}
+	return fmt.Errorf("cannot parse timestamp %q", s)
+}
+
+// rebindDollar rewrites ? into $1, $2, ...
+func rebindDollar(q string) string {
+	var b strings.Builder
+	n := 0
+	for i := 0; i < len(q); i++ {
+		if q[i] == '?' {
+			n++
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(n))
+			continue
+		}
+		b.WriteByte(q[i])
+	}
+	return b.String()
+}

@@ -1,0 +1,151 @@
+package dialect
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
+	gormpg "gorm.io/driver/postgres"
+	"gorm.io/gorm"
+)
+
+// postgres is PostgreSQL through the pgx driver. now() is frozen at the start
+// of a transaction, so the clock is clock_timestamp(), read after lock waits.
+type postgres struct{}
+
+var _ Dialect = postgres{}
+
+func (postgres) Name() string           { return "postgres" }
+func (postgres) Rebind(q string) string { return rebindDollar(q) }
+func (postgres) Now() string            { return "clock_timestamp()" }
+func (postgres) NowPlus() string {
+	return "(clock_timestamp() + CAST(? AS bigint) * interval '1 microsecond')"
+}
+func (postgres) DurationArg(d time.Duration) any { return d.Microseconds() }
+func (postgres) TimeArg(t time.Time) any         { return t.UTC() }
+
+func (postgres) UpsertCandidate() string {
+	return "ON CONFLICT (namespace, candidate_id) DO UPDATE SET last_heartbeat_at = excluded.last_heartbeat_at, expires_at = excluded.expires_at"
+}
+
+func (postgres) InsertIgnore() string { return "ON CONFLICT (namespace) DO NOTHING" }
+
+func (postgres) SelectLeader(lock Lock) string {
+	// FOR UPDATE cannot apply to the nullable side of an outer join, so the
+	// lock is taken in a CTE; the clock is read in the outer query, after it.
+	suffix := ""
+	switch lock {
+	case ShareLock:
+		suffix = " FOR SHARE"
+	case UpdateLock:
+		suffix = " FOR UPDATE"
+	}
+	return "WITH l AS (SELECT leader_id, term, lease_expires_at, acquired_at FROM election_leaders WHERE namespace = $1" + suffix + ") " +
+		"SELECT clock_timestamp(), l.leader_id, l.term, l.lease_expires_at, l.acquired_at FROM (SELECT 1) d LEFT JOIN l ON true"
+}
+
+func (postgres) TakeWriteLock(context.Context, gorm.ConnPool, string) error { return nil }
+
+const pgRenew = `WITH l AS (
+  UPDATE election_leaders
+  SET lease_expires_at = clock_timestamp() + CAST($4 AS bigint) * interval '1 microsecond', updated_at = clock_timestamp()
+  WHERE namespace = $1 AND leader_id = $2 AND term = $3 AND lease_expires_at > clock_timestamp()
+  RETURNING lease_expires_at
+), c AS (
+  INSERT INTO election_candidates (namespace, candidate_id, registered_at, last_heartbeat_at, expires_at)
+  SELECT $1, $2, clock_timestamp(), clock_timestamp(), clock_timestamp() + CAST($4 AS bigint) * interval '1 microsecond' FROM l
+  ON CONFLICT (namespace, candidate_id) DO UPDATE SET last_heartbeat_at = excluded.last_heartbeat_at, expires_at = excluded.expires_at
+)
+SELECT lease_expires_at FROM l`
+
+func (postgres) Renew(ctx context.Context, conn gorm.ConnPool, ns string, id uuid.UUID, term int64, expire time.Duration) (Renewed, bool, error) {
+	var exp Time
+	err := conn.QueryRowContext(ctx, pgRenew, ns, id, term, expire.Microseconds()).Scan(&exp)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Renewed{}, false, nil
+	}
+	if err != nil {
+		return Renewed{}, false, err
+	}
+	return Renewed{ExpiresAt: exp.Time}, true, nil
+}
+
+func (postgres) Classify(err error) Class {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return Other
+	}
+	switch pe.Code {
+	case "23505":
+		return Duplicate
+	case "40001", "40P01", "55P03":
+		return Transient
+	case "42P01":
+		return MissingTable
+	}
+	return Other
+}
+
+func (postgres) Check(ctx context.Context, db *gorm.DB) (*sql.TxOptions, error) {
+	var level string
+	if err := db.WithContext(ctx).Raw("SHOW default_transaction_isolation").Row().Scan(&level); err != nil {
+		return nil, err
+	}
+	if level == "read committed" {
+		return nil, nil
+	}
+	// Elect's transaction needs to see rows committed while it waited for
+	// the leader row's lock, which only READ COMMITTED gives.
+	return &sql.TxOptions{Isolation: sql.LevelReadCommitted}, nil
+}
+
+// pgMigrationLock is the advisory lock key taken while migrating
+// (the first eight bytes of "sqlelect" read as a big-endian integer).
+const pgMigrationLock = 0x73716c656c656374
+
+func (postgres) LockMigrations(ctx context.Context, conn *sql.Conn) (func(bool) error, error) {
+	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", int64(pgMigrationLock)); err != nil {
+		return nil, fmt.Errorf("taking the migration lock: %w", err)
+	}
+	return func(bool) error {
+		_, err := conn.ExecContext(context.Background(), "SELECT pg_advisory_unlock($1)", int64(pgMigrationLock))
+		return err
+	}, nil
+}
+
+func openPostgres(dsn string) (Opened, error) {
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		// pgconn masks the password in its own message.
+		return Opened{}, fmt.Errorf("%w: %v", ErrDSN, err)
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return Opened{}, fmt.Errorf("%w: postgres URL does not parse", ErrDSN)
+	}
+	q := u.Query()
+	if q.Get("timezone") == "" && q.Get("TimeZone") == "" {
+		// Timestamps come back in UTC, as the library writes them.
+		q.Set("timezone", "UTC")
+		u.RawQuery = q.Encode()
+	}
+	return Opened{
+		Dialect:    postgres{},
+		DriverName: "pgx",
+		DSN:        u.String(),
+		Target: Target{
+			Database: "postgres",
+			Where:    fmt.Sprintf("%s:%d (database %q, user %q)", cfg.Host, cfg.Port, cfg.Database, cfg.User),
+			Secret:   cfg.Password,
+		},
+	}, nil
+}
+
+func (postgres) Gorm(pool *sql.DB) gorm.Dialector {
+	return gormpg.New(gormpg.Config{Conn: pool})
+}

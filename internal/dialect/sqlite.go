@@ -1,0 +1,179 @@
+package dialect
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	sqlite3 "github.com/mattn/go-sqlite3"
+	gormsqlite "gorm.io/driver/sqlite"
+	"gorm.io/gorm"
+)
+
+// sqlite is SQLite through mattn/go-sqlite3. It has no row locks: elections
+// are serialized by the database's single write lock. Timestamps are stored
+// as fixed-width UTC text with six fractional digits, so that comparing them
+// as text orders them in time; the clock itself ticks in milliseconds.
+type sqlite struct{}
+
+var _ Dialect = sqlite{}
+
+const sqliteNow = "(strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')"
+
+// sqliteLayout is how timestamps are written: the same shape as sqliteNow.
+const sqliteLayout = "2006-01-02 15:04:05.000000"
+
+func (sqlite) Name() string           { return "sqlite" }
+func (sqlite) Rebind(q string) string { return q }
+func (sqlite) Now() string            { return sqliteNow }
+func (sqlite) NowPlus() string {
+	return "(strftime('%Y-%m-%d %H:%M:%f', 'now', ?) || '000')"
+}
+func (sqlite) DurationArg(d time.Duration) any {
+	return "+" + strconv.FormatFloat(d.Seconds(), 'f', 3, 64) + " seconds"
+}
+func (sqlite) TimeArg(t time.Time) any { return t.UTC().Format(sqliteLayout) }
+
+func (sqlite) UpsertCandidate() string {
+	return "ON CONFLICT (namespace, candidate_id) DO UPDATE SET last_heartbeat_at = excluded.last_heartbeat_at, expires_at = excluded.expires_at"
+}
+
+func (sqlite) InsertIgnore() string { return "ON CONFLICT (namespace) DO NOTHING" }
+
+func (sqlite) SelectLeader(Lock) string {
+	return "SELECT " + sqliteNow + ", l.leader_id, l.term, l.lease_expires_at, l.acquired_at FROM (SELECT 1) d " +
+		"LEFT JOIN election_leaders l ON l.namespace = ?"
+}
+
+// TakeWriteLock starts the transaction's write with a statement that changes
+// nothing. A transaction that reads first and writes later can fail with
+// SQLITE_BUSY without waiting when another connection wrote in between;
+// writing first makes it wait for the lock instead, as BEGIN IMMEDIATE does.
+func (sqlite) TakeWriteLock(ctx context.Context, conn gorm.ConnPool, ns string) error {
+	_, err := conn.ExecContext(ctx, "UPDATE election_leaders SET term = term WHERE namespace = ?", ns)
+	return err
+}
+
+func (d sqlite) Renew(ctx context.Context, conn gorm.ConnPool, ns string, id uuid.UUID, term int64, expire time.Duration) (Renewed, bool, error) {
+	var exp Time
+	err := conn.QueryRowContext(ctx,
+		"UPDATE election_leaders SET lease_expires_at = "+d.NowPlus()+", updated_at = "+sqliteNow+
+			" WHERE namespace = ? AND leader_id = ? AND term = ? AND lease_expires_at > "+sqliteNow+
+			" RETURNING lease_expires_at",
+		d.DurationArg(expire), ns, id, term).Scan(&exp)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Renewed{}, false, nil
+	}
+	if err != nil {
+		return Renewed{}, false, err
+	}
+	_, err = conn.ExecContext(ctx,
+		"INSERT INTO election_candidates (namespace, candidate_id, registered_at, last_heartbeat_at, expires_at) VALUES (?, ?, "+
+			sqliteNow+", "+sqliteNow+", "+d.NowPlus()+") "+d.UpsertCandidate(),
+		ns, id, d.DurationArg(expire))
+	if err != nil {
+		return Renewed{}, false, err
+	}
+	return Renewed{ExpiresAt: exp.Time}, true, nil
+}
+
+func (sqlite) Classify(err error) Class {
+	var se sqlite3.Error
+	if !errors.As(err, &se) {
+		if err != nil && strings.Contains(err.Error(), "no such table") {
+			return MissingTable
+		}
+		return Other
+	}
+	switch {
+	case se.Code == sqlite3.ErrBusy || se.Code == sqlite3.ErrLocked:
+		return Transient
+	case se.ExtendedCode == sqlite3.ErrConstraintPrimaryKey || se.ExtendedCode == sqlite3.ErrConstraintUnique:
+		return Duplicate
+	case strings.Contains(se.Error(), "no such table"):
+		return MissingTable
+	}
+	return Other
+}
+
+func (sqlite) Check(ctx context.Context, db *gorm.DB) (*sql.TxOptions, error) {
+	var mode string
+	if err := db.WithContext(ctx).Raw("PRAGMA journal_mode").Row().Scan(&mode); err != nil {
+		return nil, err
+	}
+	switch strings.ToLower(mode) {
+	case "wal", "memory":
+	default:
+		return nil, fmt.Errorf("%w: sqlite journal_mode is %s, where readers and writers of several connections fail with \"database is locked\"; "+
+			"add _journal_mode=WAL&_txlock=immediate&_busy_timeout=5000 to the DSN, or open it with session.Open", ErrUnsafeSettings, mode)
+	}
+	var busy int64
+	if err := db.WithContext(ctx).Raw("PRAGMA busy_timeout").Row().Scan(&busy); err != nil {
+		return nil, err
+	}
+	if busy <= 0 {
+		return nil, fmt.Errorf("%w: sqlite busy_timeout is 0, so any concurrent writer fails at once; add _busy_timeout=5000 to the DSN", ErrUnsafeSettings)
+	}
+	return nil, nil
+}
+
+// LockMigrations begins an IMMEDIATE transaction on conn: SQLite's write
+// lock serializes migrations, and its DDL is transactional.
+func (sqlite) LockMigrations(ctx context.Context, conn *sql.Conn) (func(bool) error, error) {
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return nil, fmt.Errorf("taking the migration lock: %w", err)
+	}
+	return func(commit bool) error {
+		stmt := "ROLLBACK"
+		if commit {
+			stmt = "COMMIT"
+		}
+		_, err := conn.ExecContext(context.Background(), stmt)
+		return err
+	}, nil
+}
+
+func openSQLite(path string) (Opened, error) {
+	if path == "" {
+		return Opened{}, fmt.Errorf("%w: sqlite needs a file path", ErrDSN)
+	}
+	if path == ":memory:" || path == "file::memory:" {
+		// Every pooled connection to :memory: would get its own empty
+		// database; the memdb VFS shares one among them.
+		path = "file:/sqlelect-" + uuid.NewString() + "?vfs=memdb"
+	}
+	base, query, _ := strings.Cut(path, "?")
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return Opened{}, fmt.Errorf("%w: sqlite query: %v", ErrDSN, err)
+	}
+	setDefault := func(k, v string) {
+		if q.Get(k) == "" {
+			q.Set(k, v)
+		}
+	}
+	setDefault("_txlock", "immediate")
+	setDefault("_busy_timeout", "5000")
+	if q.Get("vfs") != "memdb" && q.Get("mode") != "memory" {
+		setDefault("_journal_mode", "WAL")
+	}
+	if !strings.HasPrefix(base, "file:") {
+		base = "file:" + base
+	}
+	return Opened{
+		Dialect:    sqlite{},
+		DriverName: "sqlite3",
+		DSN:        base + "?" + q.Encode(),
+		Target:     Target{Database: "sqlite", Where: strings.TrimPrefix(base, "file:")},
+	}, nil
+}
+
+func (sqlite) Gorm(pool *sql.DB) gorm.Dialector {
+	return &gormsqlite.Dialector{Conn: pool}
+}

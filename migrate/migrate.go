@@ -1,0 +1,227 @@
+// Package migrate creates and upgrades the election schema.
+//
+// The schema is shipped as versioned plain SQL, one folder per database, in
+// the form golang-migrate reads (NNNN_name.up.sql and NNNN_name.down.sql):
+//
+//	migrate/sql/postgres/
+//	migrate/sql/mysql/
+//	migrate/sql/sqlite/
+//
+// Teams that run goose, golang-migrate or atlas copy those files into their
+// own migrations (or read them from Files). Everyone else calls Up once at
+// start-up: it applies the same files, records each version in
+// election_schema_migrations, and is safe when several processes start at
+// once (a PostgreSQL advisory lock, a MySQL named lock, SQLite's write lock).
+package migrate
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+
+	"gorm.io/gorm"
+
+	"github.com/sqlelect/sqlelect/internal/dialect"
+)
+
+//go:embed sql
+var files embed.FS
+
+// VersionsTable records which schema versions Up has applied.
+const VersionsTable = "election_schema_migrations"
+
+// ErrNoDatabase is returned when Up or Down is given a nil database or a
+// handle bound to a transaction.
+var ErrNoDatabase = errors.New("migrate: need a *gorm.DB connected to a database, not nil and not a transaction")
+
+// Migration is one versioned schema change.
+type Migration struct {
+	// Version orders the migrations; it is the file name's numeric prefix.
+	Version int64
+	// Name is the rest of the file name, without .up.sql.
+	Name string
+	// Up and Down are the SQL statements, in order.
+	Up, Down []string
+}
+
+// Files returns the embedded SQL files of a database: "postgres", "mysql" or
+// "sqlite". The names follow golang-migrate's NNNN_name.up.sql convention.
+func Files(database string) (fs.FS, error) {
+	d, err := dialect.ByName(database)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	return fs.Sub(files, path.Join("sql", d.Name()))
+}
+
+// Migrations returns the migrations of a database in version order.
+func Migrations(database string) ([]Migration, error) {
+	fsys, err := Files(database)
+	if err != nil {
+		return nil, err
+	}
+	entries, err := fs.ReadDir(fsys, ".")
+	if err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	byVersion := map[int64]*Migration{}
+	for _, e := range entries {
+		name := e.Name()
+		var up bool
+		switch {
+		case strings.HasSuffix(name, ".up.sql"):
+			up = true
+		case strings.HasSuffix(name, ".down.sql"):
+		default:
+			continue
+		}
+		prefix, rest, ok := strings.Cut(name, "_")
+		if !ok {
+			return nil, fmt.Errorf("migrate: file %s has no version prefix", name)
+		}
+		v, err := strconv.ParseInt(prefix, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("migrate: file %s: %w", name, err)
+		}
+		body, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			return nil, fmt.Errorf("migrate: %w", err)
+		}
+		m := byVersion[v]
+		if m == nil {
+			m = &Migration{Version: v}
+			byVersion[v] = m
+		}
+		if up {
+			m.Name = strings.TrimSuffix(rest, ".up.sql")
+			m.Up = statements(string(body))
+		} else {
+			m.Down = statements(string(body))
+		}
+	}
+	out := make([]Migration, 0, len(byVersion))
+	for _, m := range byVersion {
+		out = append(out, *m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	return out, nil
+}
+
+// statements splits a file at semicolons that end a line. The shipped files
+// keep to that form: no semicolons inside statements.
+func statements(body string) []string {
+	var out []string
+	for _, s := range strings.Split(body, ";\n") {
+		if s = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(s), ";")); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Up creates or upgrades the election tables. It is idempotent, and safe to
+// call from several processes at once: they wait for each other, and each
+// version is applied once.
+func Up(ctx context.Context, db *gorm.DB) error {
+	return run(ctx, db, func(ctx context.Context, exec *sql.Conn, applied map[int64]bool, ms []Migration) error {
+		for _, m := range ms {
+			if applied[m.Version] {
+				continue
+			}
+			for _, stmt := range m.Up {
+				if _, err := exec.ExecContext(ctx, stmt); err != nil {
+					return fmt.Errorf("migrate: version %d (%s): %w", m.Version, m.Name, err)
+				}
+			}
+			if _, err := exec.ExecContext(ctx, rebind(db, "INSERT INTO "+VersionsTable+" (version, name) VALUES (?, ?)"), m.Version, m.Name); err != nil {
+				return fmt.Errorf("migrate: recording version %d: %w", m.Version, err)
+			}
+		}
+		return nil
+	})
+}
+
+// Down drops the election tables and the record of applied versions. Every
+// election in the database is lost; it is meant for tests and uninstalls.
+func Down(ctx context.Context, db *gorm.DB) error {
+	return run(ctx, db, func(ctx context.Context, exec *sql.Conn, applied map[int64]bool, ms []Migration) error {
+		for i := len(ms) - 1; i >= 0; i-- {
+			for _, stmt := range ms[i].Down {
+				if _, err := exec.ExecContext(ctx, stmt); err != nil {
+					return fmt.Errorf("migrate: undoing version %d (%s): %w", ms[i].Version, ms[i].Name, err)
+				}
+			}
+		}
+		_, err := exec.ExecContext(ctx, "DROP TABLE IF EXISTS "+VersionsTable)
+		return err
+	})
+}
+
+func rebind(db *gorm.DB, q string) string {
+	d, _ := dialect.For(db)
+	return d.Rebind(q)
+}
+
+func run(ctx context.Context, db *gorm.DB, fn func(context.Context, *sql.Conn, map[int64]bool, []Migration) error) (err error) {
+	if db == nil || db.Statement == nil {
+		return ErrNoDatabase
+	}
+	if _, inTx := db.Statement.ConnPool.(gorm.TxCommitter); inTx {
+		return ErrNoDatabase
+	}
+	d, err := dialect.For(db)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	ms, err := Migrations(d.Name())
+	if err != nil {
+		return err
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	conn, err := sqlDB.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: connecting: %w", err)
+	}
+	defer conn.Close()
+	release, err := d.LockMigrations(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer func() {
+		if rerr := release(err == nil); rerr != nil && err == nil {
+			err = fmt.Errorf("migrate: releasing the migration lock: %w", rerr)
+		}
+	}()
+	if _, err := conn.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+VersionsTable+
+		" (version BIGINT NOT NULL PRIMARY KEY, name VARCHAR(191) NOT NULL)"); err != nil {
+		return fmt.Errorf("migrate: creating %s: %w", VersionsTable, err)
+	}
+	rows, err := conn.QueryContext(ctx, "SELECT version FROM "+VersionsTable)
+	if err != nil {
+		return fmt.Errorf("migrate: reading %s: %w", VersionsTable, err)
+	}
+	applied := map[int64]bool{}
+	for rows.Next() {
+		var v int64
+		if err := rows.Scan(&v); err != nil {
+			rows.Close()
+			return fmt.Errorf("migrate: reading %s: %w", VersionsTable, err)
+		}
+		applied[v] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("migrate: reading %s: %w", VersionsTable, err)
+	}
+	return fn(ctx, conn, applied, ms)
+}

@@ -1,0 +1,3 @@
+DROP TABLE IF EXISTS election_leaders;
+
+DROP TABLE IF EXISTS election_candidates;

@@ -1,0 +1,198 @@
+// Package session opens the database an election runs on, and joins
+// transactions.
+//
+// Open turns a DSN into a *gorm.DB with the settings each database needs
+// for elections to be correct under contention; Wrap does the same for a
+// *sql.DB the application already has. FromTx lets a transaction begun with
+// database/sql take part in an election call (through election.WithTx), and
+// Transaction runs a function in the caller's transaction or a new one.
+package session
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/sqlelect/sqlelect/internal/dialect"
+)
+
+// ErrDSN is wrapped by errors about a DSN that cannot be understood.
+var ErrDSN = dialect.ErrDSN
+
+// ErrUnreachable is wrapped by errors from Open when the database does not
+// answer. The message names the host and port (or file), never the password.
+var ErrUnreachable = errors.New("session: database unreachable")
+
+// ErrNotTransaction is returned by FromTx for a nil transaction.
+var ErrNotTransaction = errors.New("session: not a transaction")
+
+// pingTimeout bounds how long Open waits for the database to answer.
+const pingTimeout = 10 * time.Second
+
+// Open connects to the database named by dsn and checks that it answers.
+// Accepted forms:
+//
+//	postgres://user:pass@host:5432/db?sslmode=disable   (also postgresql://)
+//	mysql://user:pass@tcp(host:3306)/db                  (or the driver's own user:pass@tcp(host:3306)/db)
+//	sqlite:/var/lib/app/app.db, file:app.db?..., app.db  (also sqlite::memory:)
+//
+// Open applies what each database needs and leaves everything else as given:
+// PostgreSQL sessions in UTC; MySQL with parseTime, UTC times, the session
+// time zone at +00:00, READ COMMITTED (so concurrent first elections do not
+// deadlock on gap locks) and client-side parameter interpolation (one round
+// trip a statement); SQLite in WAL mode with immediate transactions and a
+// 5 s busy timeout. opts are passed to gorm.Open; without them the handle
+// logs only slow queries and takes GORM's own timestamps in UTC.
+func Open(dsn string, opts ...gorm.Option) (*gorm.DB, error) {
+	o, err := dialect.Open(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("session: %w", err)
+	}
+	sqlDB, err := openPool(o)
+	if err != nil {
+		return nil, err
+	}
+	db, err := gorm.Open(o.Dialect.Gorm(sqlDB), config(opts)...)
+	if err != nil {
+		sqlDB.Close()
+		return nil, fmt.Errorf("session: opening %s: %s", o.Target, o.Target.Scrub(err.Error()))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+	defer cancel()
+	if _, err := o.Dialect.Check(ctx, db); err != nil {
+		sqlDB.Close()
+		return nil, fmt.Errorf("session: %s: %s", o.Target, o.Target.Scrub(err.Error()))
+	}
+	return db, nil
+}
+
+// openPool opens and pings the pool, reopening it when the dialect has to
+// learn the server's version to finish the DSN.
+func openPool(o dialect.Opened) (*sql.DB, error) {
+	sqlDB, err := sql.Open(o.DriverName, o.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("session: %w: %s", ErrDSN, o.Target.Scrub(err.Error()))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+	defer cancel()
+	if err := sqlDB.PingContext(ctx); err != nil {
+		sqlDB.Close()
+		return nil, &unreachable{target: o.Target, msg: o.Target.Scrub(err.Error()), err: err}
+	}
+	if o.AfterOpen == nil {
+		return sqlDB, nil
+	}
+	dsn, err := o.AfterOpen(sqlDB)
+	if err != nil {
+		sqlDB.Close()
+		return nil, &unreachable{target: o.Target, msg: o.Target.Scrub(err.Error()), err: err}
+	}
+	if dsn == "" {
+		return sqlDB, nil
+	}
+	sqlDB.Close()
+	o.AfterOpen = nil
+	o.DSN = dsn
+	return openPool(o)
+}
+
+// unreachable keeps the driver error for errors.As while printing a
+// message scrubbed of the password.
+type unreachable struct {
+	target dialect.Target
+	msg    string
+	err    error
+}
+
+func (e *unreachable) Error() string {
+	return fmt.Sprintf("session: database unreachable: %s: %s", e.target, e.msg)
+}
+
+func (e *unreachable) Unwrap() []error { return []error{ErrUnreachable, e.err} }
+
+// Wrap builds a *gorm.DB on a pool the application opened itself with the
+// pgx, mysql or sqlite3 driver. It checks the settings elections need (see
+// Open) and returns an error naming a missing one; it does not change the
+// pool.
+func Wrap(sqlDB *sql.DB, opts ...gorm.Option) (*gorm.DB, error) {
+	if sqlDB == nil {
+		return nil, errors.New("session: Wrap needs a *sql.DB, got nil")
+	}
+	d, err := dialect.ForDriver(sqlDB.Driver())
+	if err != nil {
+		return nil, fmt.Errorf("session: %w", err)
+	}
+	db, err := gorm.Open(d.Gorm(sqlDB), config(opts)...)
+	if err != nil {
+		return nil, fmt.Errorf("session: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+	defer cancel()
+	if _, err := d.Check(ctx, db); err != nil {
+		return nil, fmt.Errorf("session: %w", err)
+	}
+	return db, nil
+}
+
+func config(opts []gorm.Option) []gorm.Option {
+	if len(opts) > 0 {
+		return opts
+	}
+	return []gorm.Option{&gorm.Config{
+		Logger:  logger.Default.LogMode(logger.Warn),
+		NowFunc: func() time.Time { return time.Now().UTC() },
+	}}
+}
+
+// FromTx returns a handle on db's database that runs every statement in tx,
+// a transaction the caller began with database/sql. Pass it to
+// election.WithTx; the library never commits or rolls back tx.
+func FromTx(db *gorm.DB, tx *sql.Tx) (*gorm.DB, error) {
+	if db == nil {
+		return nil, errors.New("session: FromTx needs the *gorm.DB the transaction belongs to")
+	}
+	if tx == nil {
+		return nil, ErrNotTransaction
+	}
+	s := db.Session(&gorm.Session{NewDB: true, Context: context.Background()})
+	s.Statement.ConnPool = tx
+	return s, nil
+}
+
+// InTransaction reports whether db runs its statements in a transaction.
+func InTransaction(db *gorm.DB) bool {
+	if db == nil || db.Statement == nil {
+		return false
+	}
+	c, ok := db.Statement.ConnPool.(gorm.TxCommitter)
+	if !ok {
+		return false
+	}
+	// A nil pointer in a non-nil interface is not a transaction.
+	switch t := c.(type) {
+	case *sql.Tx:
+		return t != nil
+	case *gorm.PreparedStmtTX:
+		return t != nil && t.Tx != nil
+	}
+	return c != nil
+}
+
+// Transaction runs fn in db's transaction when db is in one, and otherwise
+// in a new transaction that it commits when fn returns nil and rolls back
+// when fn fails. It never commits or rolls back a transaction it did not
+// begin, and never opens a savepoint.
+func Transaction(ctx context.Context, db *gorm.DB, opts *sql.TxOptions, fn func(tx *gorm.DB) error) error {
+	if InTransaction(db) {
+		return fn(db.WithContext(ctx))
+	}
+	if opts == nil {
+		return db.WithContext(ctx).Transaction(fn)
+	}
+	return db.WithContext(ctx).Transaction(fn, opts)
+}
