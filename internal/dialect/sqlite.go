@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -36,7 +35,7 @@ func (sqlite) NowPlus() string {
 	return "(strftime('%Y-%m-%d %H:%M:%f', 'now', ?) || '000')"
 }
 func (sqlite) DurationArg(d time.Duration) any {
-	return "+" + strconv.FormatFloat(d.Seconds(), 'f', 3, 64) + " seconds"
+	return fmt.Sprintf("%+.3f seconds", d.Seconds())
 }
 func (sqlite) TimeArg(t time.Time) any { return t.UTC().Format(sqliteLayout) }
 

@@ -1,0 +1,194 @@
+// Package testdb picks the databases tests run against.
+//
+// SQLite always runs, on a file in the test's temporary directory.
+// PostgreSQL and MySQL run when SQLELECT_POSTGRES_DSN and SQLELECT_MYSQL_DSN
+// name them (any form session.Open accepts). With CI=true a database that is
+// not configured or does not answer fails the test instead of skipping it.
+//
+// Tests on PostgreSQL and MySQL share the configured database and its
+// tables; they keep out of each other's way by using a namespace of their
+// own (Namespace). Tests that need an empty database (no tables) get one
+// from Fresh.
+package testdb
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/sqlelect/sqlelect/migrate"
+	"github.com/sqlelect/sqlelect/session"
+)
+
+// Environment variables naming the server databases.
+const (
+	PostgresEnv = "SQLELECT_POSTGRES_DSN"
+	MySQLEnv    = "SQLELECT_MYSQL_DSN"
+)
+
+// Target is one database to run tests against.
+type Target struct {
+	// Name is "sqlite", "postgres" or "mysql".
+	Name string
+	// DSN is the configured DSN; for SQLite it is empty and every Open makes
+	// a new file.
+	DSN string
+}
+
+// Targets returns the databases to test against. It fails tb when CI=true
+// and a server database is not configured.
+func Targets(tb testing.TB) []Target {
+	tb.Helper()
+	out := []Target{{Name: "sqlite"}}
+	for _, s := range []struct{ name, env string }{{"postgres", PostgresEnv}, {"mysql", MySQLEnv}} {
+		dsn := os.Getenv(s.env)
+		if dsn == "" {
+			if os.Getenv("CI") == "true" {
+				tb.Fatalf("CI=true but %s is not set: the %s tests cannot run", s.env, s.name)
+			}
+			continue
+		}
+		out = append(out, Target{Name: s.name, DSN: dsn})
+	}
+	return out
+}
+
+// Each runs fn as a subtest per target, with a migrated database.
+func Each(t *testing.T, fn func(t *testing.T, db *gorm.DB)) {
+	t.Helper()
+	for _, tg := range Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			fn(t, Open(t, tg))
+		})
+	}
+}
+
+var migrated sync.Map // DSN -> struct{}
+
+// Open opens target's database with session.Open, makes sure the election
+// tables exist, and closes it when the test ends. On SQLite it is a new
+// file each time (see SQLitePath for opening the same file twice).
+func Open(tb testing.TB, tg Target) *gorm.DB {
+	tb.Helper()
+	dsn := tg.DSN
+	if tg.Name == "sqlite" {
+		dsn = "sqlite:" + filepath.Join(tb.TempDir(), "election.db")
+	}
+	db := OpenDSN(tb, dsn)
+	if _, done := migrated.Load(dsn); !done {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := migrate.Up(ctx, db); err != nil {
+			tb.Fatalf("migrate.Up on %s: %v", tg.Name, err)
+		}
+		migrated.Store(dsn, struct{}{})
+	}
+	return db
+}
+
+// OpenDSN opens dsn with session.Open and closes it when the test ends. It
+// does not migrate.
+func OpenDSN(tb testing.TB, dsn string) *gorm.DB {
+	tb.Helper()
+	db, err := session.Open(dsn)
+	if err != nil {
+		tb.Fatalf("opening the test database: %v", err)
+	}
+	tb.Cleanup(func() { Close(db) })
+	return db
+}
+
+// Close closes db's pool.
+func Close(db *gorm.DB) {
+	if sqlDB, err := db.DB(); err == nil {
+		sqlDB.Close()
+	}
+}
+
+// Namespace returns a namespace no other test uses.
+func Namespace(tb testing.TB) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := strings.NewReplacer("/", ".", " ", "_").Replace(tb.Name())
+	if len(name) > 120 {
+		name = name[len(name)-120:]
+	}
+	return name + "." + hex.EncodeToString(b[:])
+}
+
+// Fresh returns the DSN of an empty database of target's kind that is
+// dropped when the test ends: a new file for SQLite, a new database on the
+// PostgreSQL or MySQL server.
+func Fresh(tb testing.TB, tg Target) string {
+	tb.Helper()
+	if tg.Name == "sqlite" {
+		return "sqlite:" + filepath.Join(tb.TempDir(), "fresh.db")
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	name := "sqlelect_t_" + hex.EncodeToString(b[:])
+	admin := OpenDSN(tb, tg.DSN)
+	if err := admin.Exec("CREATE DATABASE " + name).Error; err != nil {
+		tb.Fatalf("creating database %s: %v", name, err)
+	}
+	tb.Cleanup(func() {
+		if tg.Name == "postgres" {
+			admin.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)")
+		} else {
+			admin.Exec("DROP DATABASE IF EXISTS " + name)
+		}
+	})
+	return withDatabase(tb, tg, name)
+}
+
+// withDatabase rewrites tg's DSN to name database db instead.
+func withDatabase(tb testing.TB, tg Target, db string) string {
+	tb.Helper()
+	dsn := tg.DSN
+	if tg.Name == "postgres" {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			tb.Fatalf("parsing %s: %v", PostgresEnv, err)
+		}
+		u.Path = "/" + db
+		return u.String()
+	}
+	// mysql://user:pass@tcp(host:port)/db?params or the driver's own form.
+	prefix := ""
+	if strings.HasPrefix(dsn, "mysql://") {
+		prefix, dsn = "mysql://", strings.TrimPrefix(dsn, "mysql://")
+	}
+	slash := strings.LastIndex(dsn, "/")
+	if slash < 0 {
+		tb.Fatalf("%s has no /database part", MySQLEnv)
+	}
+	rest := ""
+	if q := strings.Index(dsn[slash:], "?"); q >= 0 {
+		rest = dsn[slash+q:]
+	}
+	return prefix + dsn[:slash] + "/" + db + rest
+}
+
+// Raw returns db's *sql.DB.
+func Raw(tb testing.TB, db *gorm.DB) *sql.DB {
+	tb.Helper()
+	sqlDB, err := db.DB()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return sqlDB
+}
+
+// Describe names the target for messages.
+func (tg Target) String() string { return fmt.Sprintf("%s", tg.Name) }
