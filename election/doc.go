@@ -1,0 +1,144 @@
+// Package election elects one leader per namespace among the processes that
+// share a SQL database: PostgreSQL, MySQL/MariaDB or SQLite, through GORM.
+//
+// It is a single-database lease, not consensus. The database is the single
+// source of truth; mutual exclusion holds as long as every participant uses
+// the same database. Within that model it aims to be exactly right.
+//
+// # State
+//
+// Two tables, created by package migrate:
+//
+//   - election_candidates: one row per (namespace, candidate). A candidate
+//     is a process identified by a UUID; it is live while its expires_at is
+//     later than the database clock. RegisterCandidate and Heartbeat write
+//     the row; UnregisterCandidate deletes it; rows expired for more than one
+//     expiry window are pruned.
+//   - election_leaders: one row per namespace, the seat. It holds the leader
+//     (NULL when vacant), the term, and lease_expires_at. The row is created
+//     by the first Elect of a namespace and never deleted, so the term never
+//     goes back.
+//
+// A namespace is in one of three states: vacant (no leader), held (a leader
+// whose lease has not expired), or expired (a leader whose lease has
+// passed, which counts as vacant). Elect moves it:
+//
+//	vacant  --Elect(a)-->        held by a, term+1
+//	expired --Elect(a)-->        held by a, term+1 (a may be the old holder)
+//	held(a) --Elect(a)-->        held by a, same term, lease extended
+//	held(a) --Elect(b)-->        held(a), unchanged: a live lease is never preempted
+//	held(a) --Unregister(a)-->   vacant, term kept
+//	held(a) --Resign(a)-->       vacant, term kept
+//
+// # Clock
+//
+// Every expiry is decided by the database's clock, read in the statement
+// that decides (clock_timestamp() on PostgreSQL, SYSDATE(6) at UTC on
+// MySQL, the system clock on SQLite, which shares a host with its
+// callers). No host compares its own wall clock with another host's, so
+// clock skew between application hosts cannot make two leaders. The
+// library never uses GORM's NowFunc.
+//
+// A leader's own process cannot read the database clock continuously, so
+// the Elector (see below) bounds its trust with the local monotonic clock:
+// it leads until attemptStart + expire - margin, where attemptStart is taken
+// before the Elect call that granted or renewed the lease. The lease in the
+// database ends at dbNow + expire with dbNow read after attemptStart, so
+// the local trust ends at least margin before anyone else can be elected,
+// whatever the clocks of the hosts say. Only the rate of the local clock
+// matters, not its setting.
+//
+// # Terms and fencing
+//
+// The term grows by one every time the lease is granted to a candidate that
+// did not already hold a live one; renewals keep it. Within a term exactly
+// one candidate leads, so (namespace, term) is a fencing token. Guard,
+// called with WithTx inside the transaction that does leader-only work,
+// checks that the lease still names the same leader and term and has not
+// expired, and locks the leader row shared until that transaction ends: a
+// new term cannot commit while the old leader's transaction is open, and a
+// leader that lost the seat gets ErrNotLeader before it writes. Leader-only
+// writes in the same database therefore never commit under a stale leader,
+// even when the old leader was paused (GC, SIGSTOP, a slow network) past
+// its lease.
+//
+// Renewals and resignations touch only the caller's own term: the
+// one-statement renewal is an UPDATE guarded by leader_id, term and the
+// lease still being live, so a candidate that slept through its term cannot
+// extend someone else's.
+//
+// # Transactions
+//
+// Every call takes a context and accepts WithTx: it then runs inside the
+// caller's transaction, never commits or rolls it back, and its writes
+// commit or vanish with the caller's. Without WithTx each call runs in its
+// own short transaction (Elect, UnregisterCandidate, Resign) or single
+// statement (the others), and retries deadlocks, serialization failures and
+// SQLITE_BUSY with a bounded, jittered backoff. In the caller's
+// transaction those are returned at once, wrapped in ErrConflict, because
+// the database has already aborted or poisoned it.
+//
+// Elect locks the leader row with SELECT ... FOR UPDATE (SQLite has no row
+// locks; its single writer lock, taken first, serializes elections). When
+// the row does not exist yet, two first callers race to insert it; the
+// loser's insert is a no-op and it locks the new row and decides again,
+// once. On MySQL and MariaDB, Elect's own transactions run at READ
+// COMMITTED: at REPEATABLE READ a locking read of a missing row takes gap
+// locks, and concurrent first elections deadlock.
+//
+// # Guarantees
+//
+//   - At most one candidate holds an unexpired lease in a namespace at any
+//     instant of the database clock, and each term has exactly one holder.
+//   - Terms never decrease.
+//   - A live lease is never taken from its holder; a vacated seat (the
+//     leader unregistered or resigned) can be taken at once.
+//   - With Guard and WithTx, no leader-only write commits after a newer term
+//     was granted.
+//   - An Elector stops leading locally before its lease can expire in the
+//     database, as long as the local monotonic clock does not run slower
+//     than the database's by more than the safety margin over one window.
+//
+// # Non-guarantees
+//
+//   - It is not consensus: if the database loses committed writes (a
+//     failover to an asynchronous replica), two candidates can hold the same
+//     term.
+//   - Work outside the database (sending email, calling an API) cannot be
+//     fenced by Guard; gate it on Elector.IsLeader and accept that a paused
+//     process may still act once after it lost the lease. Pass the term to
+//     downstream systems that can check it.
+//   - Liveness needs the database: while it is unreachable nobody is
+//     elected, and leaders step down.
+//   - Processes that ignore IsLeader and Guard can act as leaders whatever
+//     the tables say.
+//
+// # Failure handling
+//
+//   - A crashed leader stops renewing; its lease expires after at most the
+//     expiry window and the next Elect by another live candidate takes over
+//     with the next term.
+//   - A graceful shutdown (UnregisterCandidate, or an Elector's Run
+//     returning) vacates the seat at once; other Electors are woken
+//     (PostgreSQL LISTEN/NOTIFY, or in-process) and take over in
+//     milliseconds.
+//   - Invalid input returns a sentinel error (ErrInvalidCandidate,
+//     ErrInvalidNamespace, ErrInvalidOption, ErrNotMigrated, ...) and changes
+//     nothing.
+//
+// # Use
+//
+// Open the database with session.Open (or check a handle with New), run
+// migrate.Up once, create one Election per namespace, and either call the
+// protocol on a timer yourself:
+//
+//	e, err := election.New(db, election.WithNamespace("scheduler"), election.WithExpire(15*time.Second))
+//	...
+//	lease, err := e.Elect(ctx, id) // every few seconds
+//	if lease.HeldBy(id) { ... leader-only work under e.Guard(ctx, lease, election.WithTx(tx)) ... }
+//	...
+//	e.UnregisterCandidate(ctx, id) // on shutdown
+//
+// or let an Elector run that loop, with callbacks when leadership starts
+// and stops.
+package election
