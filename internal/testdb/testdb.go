@@ -16,7 +16,6 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
-	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -190,5 +189,5 @@ func Raw(tb testing.TB, db *gorm.DB) *sql.DB {
 	return sqlDB
 }
 
-// Describe names the target for messages.
-func (tg Target) String() string { return fmt.Sprintf("%s", tg.Name) }
+// String names the target for messages.
+func (tg Target) String() string { return tg.Name }

@@ -1,0 +1,27 @@
+# Everyday commands. Set SQLELECT_POSTGRES_DSN and SQLELECT_MYSQL_DSN to run
+# the database-backed parts against PostgreSQL and MySQL/MariaDB too.
+STATICCHECK_VERSION ?= 2026.2.2
+
+.PHONY: test lint bench fuzz tidy-check ci
+
+test:
+	go test -race -count=1 ./...
+
+lint:
+	gofmt -l . | tee /dev/stderr | (! read)
+	go vet ./...
+	go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+bench:
+	go test -run '^$$' -bench . -benchtime 2000x ./election/
+
+fuzz:
+	go test -run '^$$' -fuzz FuzzOpen -fuzztime 60s ./session/
+	go test -run '^$$' -fuzz FuzzNamespace -fuzztime 60s ./election/
+
+tidy-check:
+	go mod tidy
+	git diff --exit-code go.mod go.sum
+
+ci:
+	bash .ci/run
