@@ -64,7 +64,7 @@ func Open(dsn string, opts ...gorm.Option) (*gorm.DB, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
 	defer cancel()
-	if _, err := o.Dialect.Check(ctx, db); err != nil {
+	if _, err := o.Dialect.Check(ctx, quiet(db)); err != nil {
 		sqlDB.Close()
 		return nil, fmt.Errorf("session: %s: %s", o.Target, o.Target.Scrub(err.Error()))
 	}
@@ -133,7 +133,7 @@ func Wrap(sqlDB *sql.DB, opts ...gorm.Option) (*gorm.DB, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
 	defer cancel()
-	if _, err := d.Check(ctx, db); err != nil {
+	if _, err := d.Check(ctx, quiet(db)); err != nil {
 		return nil, fmt.Errorf("session: %w", err)
 	}
 	return db, nil
@@ -195,4 +195,11 @@ func Transaction(ctx context.Context, db *gorm.DB, opts *sql.TxOptions, fn func(
 		return db.WithContext(ctx).Transaction(fn)
 	}
 	return db.WithContext(ctx).Transaction(fn, opts)
+}
+
+// quiet returns a session of db that logs nothing: settings probes may fail
+// on purpose (a variable one server version lacks) and are not the
+// application's queries.
+func quiet(db *gorm.DB) *gorm.DB {
+	return db.Session(&gorm.Session{NewDB: true, Logger: logger.Discard})
 }
