@@ -55,7 +55,9 @@ type Election struct {
 	mu        sync.Mutex
 	held      map[uuid.UUID]Lease // leases this value granted or renewed, for the one-statement renewal
 	lastPrune time.Time           // monotonic
-	vacated   []func(ctx context.Context, conn gorm.ConnPool) error
+	vacated   []func(ctx context.Context, conn gorm.ConnPool, leader uuid.UUID) error
+
+	handoffOnce sync.Once // registers the wake-up hook once (handoff.go)
 }
 
 // New binds an election to db and a namespace. It checks the options and the
@@ -95,7 +97,11 @@ func New(db *gorm.DB, opts ...Option) (*Election, error) {
 	// A session of our own: the caller's *gorm.DB and its Config stay as
 	// they were. Statements go straight to the pool, so GORM's logger would
 	// see nothing but what Check runs.
-	own := db.Session(&gorm.Session{NewDB: true, Logger: logger.Discard})
+	own := db.Session(&gorm.Session{NewDB: true, Logger: logger.Discard, Context: context.Background()})
+	// The Context makes the session's Statement a copy, so this changes
+	// only ours: statements skip GORM's prepared-statement cache, which
+	// turns errors such as a missing table into a panic.
+	own.Statement.ConnPool = dialect.Direct(own.Statement.ConnPool)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	txOpts, err := d.Check(ctx, own)
@@ -105,7 +111,7 @@ func New(db *gorm.DB, opts ...Option) (*Election, error) {
 		}
 		return nil, fmt.Errorf("election: checking the database: %w", err)
 	}
-	return &Election{
+	e := &Election{
 		db:        own,
 		d:         d,
 		namespace: c.namespace,
@@ -114,7 +120,11 @@ func New(db *gorm.DB, opts ...Option) (*Election, error) {
 		txOpts:    txOpts,
 		q:         buildQueries(d),
 		held:      map[uuid.UUID]Lease{},
-	}, nil
+	}
+	// Every vacated seat wakes the Electors waiting for it (handoff.go),
+	// whether or not this Election runs any.
+	e.registerHandoff()
+	return e, nil
 }
 
 // Namespace returns the namespace the Election is bound to.
@@ -193,7 +203,7 @@ func (e *Election) do(ctx context.Context, op string, opts []CallOption, inTx bo
 		if cc.tx.Dialector == nil || cc.tx.Dialector.Name() != e.db.Dialector.Name() {
 			return fmt.Errorf("%w: WithTx transaction is not on a %s database", ErrInvalidOption, e.d.Name())
 		}
-		return e.wrap(ctx, op, fn(cc.tx.Statement.ConnPool, true), true)
+		return e.wrap(ctx, op, fn(dialect.Direct(cc.tx.Statement.ConnPool), true), true)
 	}
 	backoff := firstBackoff
 	for attempt := 1; ; attempt++ {
@@ -324,18 +334,19 @@ func (e *Election) cached(id uuid.UUID) (Lease, bool) {
 
 // onVacate registers fn to run in the transaction that vacates the seat
 // (UnregisterCandidate or Resign by the leader), e.g. to wake candidates.
-func (e *Election) onVacate(fn func(ctx context.Context, conn gorm.ConnPool) error) {
+// leader is the candidate that gave the seat up.
+func (e *Election) onVacate(fn func(ctx context.Context, conn gorm.ConnPool, leader uuid.UUID) error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.vacated = append(e.vacated, fn)
 }
 
-func (e *Election) runVacated(ctx context.Context, conn gorm.ConnPool) error {
+func (e *Election) runVacated(ctx context.Context, conn gorm.ConnPool, leader uuid.UUID) error {
 	e.mu.Lock()
-	fns := append([]func(context.Context, gorm.ConnPool) error(nil), e.vacated...)
+	fns := append([]func(context.Context, gorm.ConnPool, uuid.UUID) error(nil), e.vacated...)
 	e.mu.Unlock()
 	for _, fn := range fns {
-		if err := fn(ctx, conn); err != nil {
+		if err := fn(ctx, conn, leader); err != nil {
 			return err
 		}
 	}

@@ -79,30 +79,34 @@ func (e *Election) Elect(ctx context.Context, id uuid.UUID, opts ...CallOption) 
 		}
 		e.forget(id)
 	}
+	var created bool
 	err := e.do(ctx, "Elect", opts, true, func(conn gorm.ConnPool, _ bool) error {
 		var err error
-		out, err = e.elect(ctx, conn, id)
+		out, created, err = e.elect(ctx, conn, id)
 		return err
 	})
 	if err != nil {
 		return Lease{}, err
 	}
 	e.remember(id, out)
-	if out.HeldBy(id) {
+	// The leader prunes, on renewals and takeovers. A namespace's first
+	// grant skips it: the namespace is new, and that call is kept short.
+	if out.HeldBy(id) && !created {
 		e.maybePrune(ctx, opts)
 	}
 	return out, nil
 }
 
-// elect is Elect's transaction.
-func (e *Election) elect(ctx context.Context, conn gorm.ConnPool, id uuid.UUID) (Lease, error) {
+// elect is Elect's transaction. created reports that the call created the
+// namespace's seat.
+func (e *Election) elect(ctx context.Context, conn gorm.ConnPool, id uuid.UUID) (_ Lease, created bool, _ error) {
 	for attempt := 0; attempt < 2; attempt++ {
 		if err := e.d.TakeWriteLock(ctx, conn, e.namespace); err != nil {
-			return Lease{}, err
+			return Lease{}, false, err
 		}
 		s, err := e.readSeat(ctx, conn, dialect.UpdateLock)
 		if err != nil {
-			return Lease{}, err
+			return Lease{}, false, err
 		}
 		// Both times are bound as computed here, to the microsecond the
 		// columns keep, so the Lease reports exactly what was stored.
@@ -110,14 +114,14 @@ func (e *Election) elect(ctx context.Context, conn gorm.ConnPool, id uuid.UUID) 
 		expires := s.now.Add(e.expire).Truncate(time.Microsecond)
 		now, exp := e.d.TimeArg(s.now), e.d.TimeArg(expires)
 		if _, err := conn.ExecContext(ctx, e.q.upsertAt, e.namespace, id, now, now, exp); err != nil {
-			return Lease{}, err
+			return Lease{}, false, err
 		}
 		mine := Lease{Namespace: e.namespace, Leader: id, ExpiresAt: expires}
 		switch {
 		case !s.exists:
 			n, err := affected(conn.ExecContext(ctx, e.q.insertLeader, e.namespace, id, exp, now, now))
 			if err != nil {
-				return Lease{}, err
+				return Lease{}, false, err
 			}
 			if n == 0 {
 				// Another candidate created the row since we looked: its
@@ -126,26 +130,27 @@ func (e *Election) elect(ctx context.Context, conn gorm.ConnPool, id uuid.UUID) 
 			}
 			mine.Term, mine.AcquiredAt = 1, s.now
 			e.log.Debug("election: first leader of namespace", "leader", id, "term", 1)
-			return mine, nil
+			return mine, true, nil
 		case s.leader == id && s.live():
 			if _, err := conn.ExecContext(ctx, e.q.keepLease, exp, now, e.namespace, id, s.term); err != nil {
-				return Lease{}, err
+				return Lease{}, false, err
 			}
 			mine.Term, mine.AcquiredAt = s.term, s.acquired
-			return mine, nil
+			return mine, false, nil
 		case !s.live():
 			n, err := affected(conn.ExecContext(ctx, e.q.grant, id, exp, now, now, e.namespace, s.term))
 			if err != nil {
-				return Lease{}, err
+				return Lease{}, false, err
 			}
 			if n != 1 {
-				return Lease{}, fmt.Errorf("leader row of term %d changed under its lock", s.term)
+				return Lease{}, false, fmt.Errorf("leader row of term %d changed under its lock", s.term)
 			}
 			mine.Term, mine.AcquiredAt = s.term+1, s.now
 			e.log.Debug("election: new leader", "leader", id, "term", mine.Term, "previous", s.leader)
-			return mine, nil
+			// Term 0 is a seat made vacant by the lock itself (SQLite).
+			return mine, s.term == 0, nil
 		default:
-			return e.lease(s), nil
+			return e.lease(s), false, nil
 		}
 	}
 	// The row was created twice under us, which only a snapshot older than
@@ -153,9 +158,9 @@ func (e *Election) elect(ctx context.Context, conn gorm.ConnPool, id uuid.UUID) 
 	// report the leader as it can be read.
 	s, err := e.readSeat(ctx, conn, dialect.NoLock)
 	if err != nil {
-		return Lease{}, err
+		return Lease{}, false, err
 	}
-	return e.lease(s), nil
+	return e.lease(s), false, nil
 }
 
 func affected(res interface{ RowsAffected() (int64, error) }, err error) (int64, error) {
@@ -237,7 +242,7 @@ func (e *Election) UnregisterCandidate(ctx context.Context, id uuid.UUID, opts .
 			return err
 		}
 		if n > 0 {
-			return e.runVacated(ctx, conn)
+			return e.runVacated(ctx, conn, id)
 		}
 		return nil
 	})
@@ -257,7 +262,7 @@ func (e *Election) Resign(ctx context.Context, id uuid.UUID, opts ...CallOption)
 		if err != nil || n == 0 {
 			return err
 		}
-		return e.runVacated(ctx, conn)
+		return e.runVacated(ctx, conn, id)
 	})
 	e.forget(id)
 	return err

@@ -1,0 +1,739 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// DefaultShutdownTimeout is ElectorConfig.ShutdownTimeout's default.
+const DefaultShutdownTimeout = 5 * time.Second
+
+// ErrElectorStarted is returned by Elector.Run when Run was already called
+// on that Elector. An Elector runs once; make a new one to run again.
+var ErrElectorStarted = errors.New("election: Elector.Run already called")
+
+// ElectorConfig configures an Elector. Zero fields take their documented
+// defaults; NewElector returns ErrInvalidOption, naming the rule, for
+// settings that do not fit the Election's expiry window.
+type ElectorConfig struct {
+	// Interval is the time between election rounds. Default Expire()/3. Each
+	// wait is jittered by ±10% so candidates do not tick in lockstep. A
+	// leader renews its lease every Interval, so several renewals can fail
+	// before its trust window ends. Must be positive and at most Expire()/2.
+	Interval time.Duration
+
+	// SafetyMargin shortens the leader's trust in its lease: it leads only
+	// until attemptStart + Expire() - SafetyMargin on the local monotonic
+	// clock, where attemptStart is read before the Elect call that granted
+	// or renewed the lease. The database lease lasts until the database's
+	// now + Expire(), read after attemptStart, so the Elector stops leading
+	// at least SafetyMargin before anyone else can be elected. The margin
+	// must cover whatever can delay stepping down: the difference in rate
+	// between the local and the database clock, the process being paused
+	// (GC, CPU starvation, a suspended VM), and the leader's work noticing
+	// its cancelled context. Default Expire()/5.
+	// Must be positive and less than Expire() - Interval, so that a
+	// renewal can land inside the trust window.
+	SafetyMargin time.Duration
+
+	// OnStartedLeading is called when the Elector starts leading, with the
+	// lease it was granted (its Term is the fencing token to pass to
+	// Guard). It runs in a goroutine of its own and should do the leader's
+	// work until ctx is cancelled, which happens the moment leadership is
+	// lost: the trust window ended without a renewal, the database named
+	// another leader, Resign, or Run's context ended. It must return soon
+	// after ctx is cancelled: Run waits for it (up to ShutdownTimeout)
+	// before unregistering, and a later OnStartedLeading of the same
+	// Elector waits until it has returned, so two never run at once. ctx
+	// carries the values of Run's context. Optional.
+	OnStartedLeading func(ctx context.Context, lease Lease)
+
+	// OnStoppedLeading is called when leadership ends, after the context
+	// given to OnStartedLeading was cancelled, with the last lease held
+	// (its ExpiresAt is that of the last renewal). OnStartedLeading may
+	// still be running when it is called. Optional.
+	OnStoppedLeading func(lease Lease)
+
+	// OnNewLeader is called when the Elector observes a leader or term
+	// different from the last it observed, the first observation included:
+	// another candidate, itself (before its OnStartedLeading), or a vacant
+	// seat (a Lease whose Leader is uuid.Nil). Observations happen in
+	// election rounds only, so short-lived leaders between two rounds are
+	// not seen. Optional.
+	OnNewLeader func(lease Lease)
+
+	// ShutdownTimeout bounds each of the two waits of Run's return: for the
+	// callbacks to finish (OnStartedLeading to return, pending callbacks to
+	// run), and for the final UnregisterCandidate, which runs under
+	// context.WithoutCancel of Run's context with this timeout. Default
+	// DefaultShutdownTimeout. Must not be negative.
+	ShutdownTimeout time.Duration
+}
+
+// An Elector runs the election loop for one candidate: it registers, then
+// every Interval runs Elect (which also refreshes the candidate row),
+// leads while Elect grants or renews its lease, steps down when it cannot
+// renew in time, and on shutdown hands the seat over at once.
+//
+// Callbacks run in order, one at a time, on a goroutine of the Elector (only
+// the leader's work, OnStartedLeading, runs on a goroutine of its own). A
+// slow callback delays the callbacks after it, never the election: rounds,
+// renewals and stepping down go on. Callbacks must not block forever, and
+// must not wait for Run to return.
+//
+// Its methods are safe for concurrent use.
+type Elector struct {
+	e   *Election
+	id  uuid.UUID
+	cfg ElectorConfig
+	log *slog.Logger
+
+	started atomic.Bool
+	wake    chan wakeSource // cap 1: a handoff may let us win now
+	resign  chan resignRequest
+	kick    chan struct{} // cap 1: the trust deadline moved (watchdog)
+	events  *dispatcher
+
+	mu       sync.Mutex
+	loopDone chan struct{} // nil before Run; closed when its loop ends
+	cur      *leadership   // nil when not leading
+	trusted  time.Time     // end of cur's trust window (monotonic)
+	last     Lease         // last lease seen
+
+	// Loop-only state.
+	seen       bool
+	seenLeader uuid.UUID
+	seenTerm   int64
+
+	// Test hooks, set by tests in this package before Run.
+	now   func() time.Time
+	hooks electorHooks
+}
+
+// electorHooks let tests observe rounds and inject faults.
+type electorHooks struct {
+	// call runs before each database call of a round with the call's
+	// context; an error fails the call without running it.
+	call func(ctx context.Context) error
+	// round runs after each round.
+	round func(roundReport)
+}
+
+// roundCause says why a round ran.
+type roundCause int
+
+const (
+	causeStart       roundCause = iota + 1 // first round of Run
+	causeTick                              // the interval passed
+	causeRetry                             // the backoff after a failed round passed
+	causeWakeLocal                         // a seat vacated in this process
+	causeWakeNotify                        // a NOTIFY from the database
+	causeAfterResign                       // the tick skipped after Resign (observe only)
+)
+
+func (c roundCause) String() string {
+	switch c {
+	case causeStart:
+		return "start"
+	case causeTick:
+		return "tick"
+	case causeRetry:
+		return "retry"
+	case causeWakeLocal:
+		return "wake"
+	case causeWakeNotify:
+		return "notify"
+	case causeAfterResign:
+		return "after-resign"
+	}
+	return "unknown"
+}
+
+type roundReport struct {
+	cause   roundCause
+	lease   Lease
+	err     error
+	leading bool
+}
+
+// leadership is one stretch of leading, from start to stop.
+type leadership struct {
+	lease  Lease // ExpiresAt follows renewals (under Elector.mu)
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+type resignRequest struct {
+	ctx   context.Context
+	reply chan error
+}
+
+// NewElector returns an Elector for candidate id in e's namespace. It
+// returns ErrInvalidCandidate for uuid.Nil, and ErrInvalidOption naming each
+// rule cfg breaks. Several Electors may share an Election (they then wake
+// each other on handoff); each needs its own id.
+func (e *Election) NewElector(id uuid.UUID, cfg ElectorConfig) (*Elector, error) {
+	if id == uuid.Nil {
+		return nil, fmt.Errorf("%w: NewElector", ErrInvalidCandidate)
+	}
+	expire := e.expire
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...))
+	}
+	switch {
+	case cfg.Interval < 0:
+		bad("Interval must be positive, got %v", cfg.Interval)
+	case cfg.Interval == 0:
+		cfg.Interval = expire / 3
+	case cfg.Interval > expire/2:
+		bad("Interval %v must be at most half the expiry window %v", cfg.Interval, expire)
+	}
+	switch {
+	case cfg.SafetyMargin < 0:
+		bad("SafetyMargin must be positive, got %v", cfg.SafetyMargin)
+	case cfg.SafetyMargin == 0:
+		cfg.SafetyMargin = expire / 5
+	}
+	if len(errs) == 0 && cfg.SafetyMargin >= expire-cfg.Interval {
+		bad("SafetyMargin %v must be less than the expiry window minus the interval (%v - %v), or no renewal fits in the trust window",
+			cfg.SafetyMargin, expire, cfg.Interval)
+	}
+	switch {
+	case cfg.ShutdownTimeout < 0:
+		bad("ShutdownTimeout must not be negative, got %v", cfg.ShutdownTimeout)
+	case cfg.ShutdownTimeout == 0:
+		cfg.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return &Elector{
+		e:      e,
+		id:     id,
+		cfg:    cfg,
+		log:    e.log.With("candidate", id),
+		wake:   make(chan wakeSource, 1),
+		resign: make(chan resignRequest),
+		kick:   make(chan struct{}, 1),
+		events: newDispatcher(),
+		now:    time.Now,
+	}, nil
+}
+
+// ID returns the candidate id.
+func (el *Elector) ID() uuid.UUID { return el.id }
+
+// Config returns the configuration in force, defaults filled in.
+func (el *Elector) Config() ElectorConfig { return el.cfg }
+
+// IsLeader reports whether the Elector leads now. It answers from memory,
+// without a database call: true only between a successful grant or renewal
+// and the end of its trust window (see ElectorConfig.SafetyMargin), and
+// never after leadership was given up. Work outside the database should
+// check it just before acting; writes in the database should use Guard.
+func (el *Elector) IsLeader() bool {
+	el.mu.Lock()
+	defer el.mu.Unlock()
+	return el.cur != nil && el.now().Before(el.trusted)
+}
+
+// Lease returns the last lease the Elector saw, whoever holds it: the zero
+// Lease before the first round, a Lease with Leader uuid.Nil when the seat
+// was vacant. Only IsLeader says whether the Elector may act as leader.
+func (el *Elector) Lease() Lease {
+	el.mu.Lock()
+	defer el.mu.Unlock()
+	return el.last
+}
+
+// Run registers the candidate and runs election rounds until ctx ends.
+//
+// Each round is one Elect, which refreshes the candidate row and grants or
+// renews the lease. Rounds run every Interval (jittered), and at once when
+// another candidate of the namespace vacates the seat: in this process, or
+// in any process on PostgreSQL through pgx (LISTEN/NOTIFY on a connection
+// taken from the pool while Electors run). A round that fails (database
+// down, connection cut, timeout) is logged with the Election's logger and
+// retried with a capped, jittered backoff; it never ends Run. Each call is
+// bounded by the trust window, and a timer ends leadership when the window
+// passes, so a leader steps down in time even when a call hangs.
+//
+// When ctx ends, Run stops leading (cancelling the leader's context), waits
+// for the callbacks to finish, unregisters the candidate, which vacates
+// the seat if it held it and wakes the other candidates, and returns nil.
+// The waits are bounded by ShutdownTimeout each. If the database is
+// unreachable, the lease then expires by itself.
+//
+// Run returns an error only for a nil ctx (ErrInvalidOption), a second call
+// (ErrElectorStarted), or ErrNotMigrated when the tables are missing before
+// any round succeeded.
+func (el *Elector) Run(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: Run: nil context", ErrInvalidOption)
+	}
+	if !el.started.CompareAndSwap(false, true) {
+		return ErrElectorStarted
+	}
+	loopDone := make(chan struct{})
+	el.mu.Lock()
+	el.loopDone = loopDone
+	el.mu.Unlock()
+
+	h := joinHub(el)
+	stopWatch, watchDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		el.watch(stopWatch)
+	}()
+	go el.events.run()
+	el.log.Debug("election: elector running", "interval", el.cfg.Interval, "safety_margin", el.cfg.SafetyMargin)
+
+	err := el.loop(ctx)
+
+	close(loopDone)
+	leaveHub(el, h)
+	el.mu.Lock()
+	if el.cur != nil {
+		el.stopLocked("shutting down")
+	}
+	el.mu.Unlock()
+	close(stopWatch)
+	<-watchDone
+
+	el.events.close()
+	t := time.NewTimer(el.cfg.ShutdownTimeout)
+	if !el.events.wait(t.C) {
+		el.log.Warn("election: callbacks still running after the shutdown timeout; unregistering anyway",
+			"shutdown_timeout", el.cfg.ShutdownTimeout)
+	}
+	t.Stop()
+	if err != nil {
+		return err
+	}
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), el.cfg.ShutdownTimeout)
+	defer cancel()
+	if uerr := el.e.UnregisterCandidate(uctx, el.id); uerr != nil {
+		el.log.Warn("election: unregistering failed; the lease and the candidate row will expire", "err", uerr)
+	} else {
+		el.log.Debug("election: unregistered")
+	}
+	return nil
+}
+
+// Resign gives up leadership without stopping: the Elector stops leading
+// (cancelling the leader's context), vacates the seat if it holds it, which
+// wakes the other candidates, and stays a candidate. It does not try to win
+// again before its next tick has passed (it then only heartbeats and looks
+// at the seat), unless another candidate vacates the seat before that. It
+// does not wait for OnStartedLeading to return. Resigning while not
+// leading only makes the Elector skip its next tick.
+//
+// While Run runs, the request is carried out between two rounds; ctx
+// bounds the wait and the database call. Without Run it is
+// Election.Resign.
+func (el *Elector) Resign(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: Resign: nil context", ErrInvalidOption)
+	}
+	el.mu.Lock()
+	loopDone := el.loopDone
+	el.mu.Unlock()
+	if loopDone != nil {
+		req := resignRequest{ctx: ctx, reply: make(chan error, 1)}
+		select {
+		case el.resign <- req:
+			return <-req.reply
+		case <-loopDone:
+		case <-ctx.Done():
+			return fmt.Errorf("election: Resign: %w", ctx.Err())
+		}
+	}
+	return el.e.Resign(ctx, el.id)
+}
+
+// loop runs rounds until ctx ends.
+func (el *Elector) loop(ctx context.Context) error {
+	var (
+		cause     = causeStart
+		failures  int
+		succeeded bool
+		skip      bool // Resign: the next tick only observes
+		timer     *time.Timer
+	)
+	for {
+		var err error
+		if cause == causeAfterResign {
+			err = el.observeRound(ctx)
+		} else {
+			err = el.electRound(ctx, cause)
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		wait := el.jitter(el.cfg.Interval)
+		if err != nil {
+			if !succeeded && errors.Is(err, ErrNotMigrated) {
+				el.log.Error("election: elector stopped", "err", err)
+				return err
+			}
+			failures++
+			wait = el.retryWait(failures)
+			el.log.Warn("election: round failed; retrying", "err", err, "failures", failures, "retry_in", wait)
+		} else {
+			succeeded = true
+			failures = 0
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+			defer timer.Stop()
+		} else {
+			timer.Reset(wait)
+		}
+		cause = 0
+		for cause == 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-timer.C:
+				switch {
+				case skip:
+					cause, skip = causeAfterResign, false
+				case err != nil:
+					cause = causeRetry
+				default:
+					cause = causeTick
+				}
+			case src := <-el.wake:
+				// Another candidate vacated the seat (never this one: it
+				// is not woken by its own handoff). That ends a skip too.
+				if el.IsLeader() {
+					continue
+				}
+				timer.Stop()
+				skip = false
+				cause = causeWakeLocal
+				if src == wakeNotify {
+					cause = causeWakeNotify
+				}
+			case req := <-el.resign:
+				req.reply <- el.doResign(req.ctx)
+				skip = true
+				timer.Reset(el.jitter(el.cfg.Interval))
+			}
+		}
+	}
+}
+
+// attemptCtx bounds one round's database calls: never past the trust
+// window when leading, and never longer than a trust window otherwise (a
+// grant that took longer would not be trusted anyway).
+func (el *Elector) attemptCtx(ctx context.Context, start time.Time) (context.Context, context.CancelFunc) {
+	timeout := el.e.expire - el.cfg.SafetyMargin
+	el.mu.Lock()
+	if el.cur != nil {
+		if left := el.trusted.Sub(start); left > 0 && left < timeout {
+			timeout = left
+		}
+	}
+	el.mu.Unlock()
+	return context.WithTimeout(ctx, timeout)
+}
+
+func (el *Elector) beforeCall(ctx context.Context) error {
+	if el.hooks.call != nil {
+		return el.hooks.call(ctx)
+	}
+	return nil
+}
+
+func (el *Elector) report(cause roundCause, l Lease, err error) {
+	if el.hooks.round != nil {
+		el.hooks.round(roundReport{cause: cause, lease: l, err: err, leading: el.IsLeader()})
+	}
+}
+
+// electRound runs one Elect and acts on the lease it returns.
+func (el *Elector) electRound(ctx context.Context, cause roundCause) (err error) {
+	var lease Lease
+	defer func() { el.report(cause, lease, err) }()
+	start := el.now()
+	actx, cancel := el.attemptCtx(ctx, start)
+	defer cancel()
+	if err := el.beforeCall(actx); err != nil {
+		return err
+	}
+	lease, err = el.e.Elect(actx, el.id)
+	if err != nil {
+		return err
+	}
+	el.observe(lease)
+	if !lease.HeldBy(el.id) {
+		el.mu.Lock()
+		if el.cur != nil {
+			el.stopLocked("the database names another leader")
+		}
+		el.mu.Unlock()
+		return nil
+	}
+	trusted := start.Add(el.e.expire - el.cfg.SafetyMargin)
+	if !el.now().Before(trusted) {
+		el.mu.Lock()
+		if el.cur != nil {
+			el.stopLocked("the renewal returned after the trust window")
+		}
+		el.mu.Unlock()
+		return fmt.Errorf("election: Elect took longer than the trust window (%v)", el.e.expire-el.cfg.SafetyMargin)
+	}
+	el.lead(ctx, lease, trusted, cause)
+	return nil
+}
+
+// observeRound is the tick after Resign: keep the candidate row alive and
+// look at the seat, without trying to win it.
+func (el *Elector) observeRound(ctx context.Context) (err error) {
+	var lease Lease
+	defer func() { el.report(causeAfterResign, lease, err) }()
+	actx, cancel := el.attemptCtx(ctx, el.now())
+	defer cancel()
+	if err := el.beforeCall(actx); err != nil {
+		return err
+	}
+	if err := el.e.Heartbeat(actx, el.id); err != nil {
+		return err
+	}
+	if lease, err = el.e.Leader(actx); err != nil {
+		return err
+	}
+	el.observe(lease)
+	return nil
+}
+
+func (el *Elector) doResign(ctx context.Context) error {
+	el.mu.Lock()
+	if el.cur != nil {
+		el.stopLocked("resigned")
+	}
+	el.mu.Unlock()
+	return el.e.Resign(ctx, el.id)
+}
+
+// observe records a lease seen in a round and reports a change of leader or
+// term.
+func (el *Elector) observe(l Lease) {
+	el.mu.Lock()
+	el.last = l
+	el.mu.Unlock()
+	if el.seen && l.Leader == el.seenLeader && l.Term == el.seenTerm {
+		return
+	}
+	el.seen, el.seenLeader, el.seenTerm = true, l.Leader, l.Term
+	if cb := el.cfg.OnNewLeader; cb != nil {
+		el.events.push(func() { cb(l) })
+	}
+}
+
+// lead starts leading, or extends the trust window of the current term.
+func (el *Elector) lead(ctx context.Context, l Lease, trusted time.Time, cause roundCause) {
+	el.mu.Lock()
+	defer el.mu.Unlock()
+	if c := el.cur; c != nil {
+		if c.lease.Leader == l.Leader && c.lease.Term == l.Term {
+			c.lease.ExpiresAt = l.ExpiresAt
+			el.trusted = trusted
+			el.kickWatch()
+			return
+		}
+		el.stopLocked("a new term began")
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	cur := &leadership{lease: l, ctx: lctx, cancel: cancel}
+	el.cur, el.trusted = cur, trusted
+	el.kickWatch()
+	el.log.Info("election: leading", "term", l.Term, "lease_expires_at", l.ExpiresAt, "round", cause.String())
+	if cb := el.cfg.OnStartedLeading; cb != nil {
+		el.events.startWork(func() { cb(lctx, l) })
+	}
+}
+
+// stopLocked ends the current leadership; el.mu must be held.
+func (el *Elector) stopLocked(reason string) {
+	c := el.cur
+	el.cur = nil
+	c.cancel()
+	el.kickWatch()
+	el.log.Info("election: stopped leading", "term", c.lease.Term, "reason", reason)
+	if cb := el.cfg.OnStoppedLeading; cb != nil {
+		l := c.lease
+		el.events.push(func() { cb(l) })
+	}
+}
+
+func (el *Elector) kickWatch() {
+	select {
+	case el.kick <- struct{}{}:
+	default:
+	}
+}
+
+// watch ends leadership when its trust window passes, whatever the loop is
+// doing.
+func (el *Elector) watch(stop <-chan struct{}) {
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		var fire <-chan time.Time
+		el.mu.Lock()
+		if el.cur != nil {
+			t.Reset(el.trusted.Sub(el.now()))
+			fire = t.C
+		} else {
+			t.Stop()
+		}
+		el.mu.Unlock()
+		select {
+		case <-stop:
+			return
+		case <-el.kick:
+		case <-fire:
+			el.mu.Lock()
+			if el.cur != nil && !el.now().Before(el.trusted) {
+				el.log.Warn("election: no renewal within the trust window; stepping down before the lease can expire",
+					"term", el.cur.lease.Term)
+				el.stopLocked("trust window passed")
+			}
+			el.mu.Unlock()
+		}
+	}
+}
+
+// poke wakes the loop for a handoff; wake-ups coalesce.
+func (el *Elector) poke(src wakeSource) {
+	select {
+	case el.wake <- src:
+	default:
+	}
+}
+
+// jitter returns d ± 10%.
+func (el *Elector) jitter(d time.Duration) time.Duration {
+	spread := d / 5
+	if spread <= 0 {
+		return d
+	}
+	return d - spread/2 + rand.N(spread)
+}
+
+// retryWait is the backoff after failures consecutive failed rounds:
+// Interval/8 doubling up to Interval, ±20%.
+func (el *Elector) retryWait(failures int) time.Duration {
+	d := max(el.cfg.Interval/8, time.Millisecond)
+	for i := 1; i < failures && d < el.cfg.Interval; i++ {
+		d *= 2
+	}
+	d = min(d, el.cfg.Interval)
+	spread := 2 * d / 5
+	return d - spread/2 + rand.N(spread+1)
+}
+
+// dispatcher runs callbacks in order on one goroutine.
+type dispatcher struct {
+	mu     sync.Mutex
+	queue  []func()
+	closed bool
+	signal chan struct{} // cap 1
+	done   chan struct{} // closed when run returns
+
+	// work is closed when the latest OnStartedLeading returned; touched
+	// only by run's goroutine (and by wait after done).
+	work chan struct{}
+}
+
+func newDispatcher() *dispatcher {
+	return &dispatcher{signal: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+func (d *dispatcher) push(f func()) {
+	d.mu.Lock()
+	d.queue = append(d.queue, f)
+	d.mu.Unlock()
+	select {
+	case d.signal <- struct{}{}:
+	default:
+	}
+}
+
+// startWork queues the start of leader work: once the previous work has
+// returned, f runs on a goroutine of its own.
+func (d *dispatcher) startWork(f func()) {
+	d.push(func() {
+		if d.work != nil {
+			<-d.work
+		}
+		done := make(chan struct{})
+		d.work = done
+		go func() {
+			defer close(done)
+			f()
+		}()
+	})
+}
+
+// close makes run return once the queue is empty.
+func (d *dispatcher) close() {
+	d.mu.Lock()
+	d.closed = true
+	d.mu.Unlock()
+	select {
+	case d.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (d *dispatcher) run() {
+	defer close(d.done)
+	for {
+		d.mu.Lock()
+		if len(d.queue) == 0 {
+			closed := d.closed
+			d.mu.Unlock()
+			if closed {
+				return
+			}
+			<-d.signal
+			continue
+		}
+		f := d.queue[0]
+		d.queue[0] = nil
+		d.queue = d.queue[1:]
+		d.mu.Unlock()
+		f()
+	}
+}
+
+// wait waits until run returned and the last leader work returned, or
+// timeout fires; it reports whether everything finished.
+func (d *dispatcher) wait(timeout <-chan time.Time) bool {
+	select {
+	case <-d.done:
+	case <-timeout:
+		return false
+	}
+	if d.work == nil {
+		return true
+	}
+	select {
+	case <-d.work:
+		return true
+	case <-timeout:
+		return false
+	}
+}

@@ -1,0 +1,34 @@
+package dialect
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"gorm.io/gorm"
+)
+
+// Notifier is implemented by dialects whose database can wake sessions in
+// other processes: a notification sent inside a transaction is delivered to
+// every listener of its channel when, and only if, the transaction commits.
+// It is optional; callers test for it with a type assertion and fall back to
+// polling without it.
+type Notifier interface {
+	// Notify sends payload on channel through conn. Inside a transaction the
+	// notification is delivered at commit.
+	Notify(ctx context.Context, conn gorm.ConnPool, channel, payload string) error
+	// Listen takes one connection out of db's pool, listens on channel, calls
+	// ready once the database has confirmed the subscription, and then calls
+	// fn with the payload of every notification, on Listen's goroutine, until
+	// ctx ends or the connection fails. It always returns a non-nil error:
+	// ErrCannotListen when db's connections cannot listen (nothing was
+	// changed; use polling), otherwise the failure or the cancellation. The
+	// connection is then discarded, never returned to the pool with a
+	// subscription on it.
+	Listen(ctx context.Context, db *sql.DB, channel string, ready func(), fn func(payload string)) error
+}
+
+// ErrCannotListen is returned by Notifier.Listen when the pool's driver has
+// no way to wait for notifications. It wraps errors.ErrUnsupported.
+var ErrCannotListen = fmt.Errorf("the driver cannot wait for notifications: %w", errors.ErrUnsupported)
