@@ -145,7 +145,9 @@ func buildQueries(d dialect.Dialect) queries {
 	now, plus := d.Now(), d.NowPlus()
 	insertCandidate := "INSERT INTO election_candidates (namespace, candidate_id, registered_at, last_heartbeat_at, expires_at) VALUES "
 	q := queries{
-		upsertNow:       insertCandidate + "(?, ?, " + now + ", " + now + ", " + plus + ") " + d.UpsertCandidate(),
+		// One reading of the clock for all three times.
+		upsertNow: "INSERT INTO election_candidates (namespace, candidate_id, registered_at, last_heartbeat_at, expires_at) " +
+			"SELECT ?, ?, t.n, t.n, " + d.Plus("t.n") + " FROM (SELECT " + now + " AS n) t WHERE 1 = 1 " + d.UpsertCandidate(),
 		upsertAt:        insertCandidate + "(?, ?, ?, ?, ?) " + d.UpsertCandidate(),
 		insertLeader:    "INSERT INTO election_leaders (namespace, leader_id, term, lease_expires_at, acquired_at, updated_at) VALUES (?, ?, 1, ?, ?, ?) " + d.InsertIgnore(),
 		keepLease:       "UPDATE election_leaders SET lease_expires_at = ?, updated_at = ? WHERE namespace = ? AND leader_id = ? AND term = ?",

@@ -79,27 +79,29 @@ func (e *Election) Elect(ctx context.Context, id uuid.UUID, opts ...CallOption) 
 		}
 		e.forget(id)
 	}
-	var created bool
+	var tookOver bool
 	err := e.do(ctx, "Elect", opts, true, func(conn gorm.ConnPool, _ bool) error {
 		var err error
-		out, created, err = e.elect(ctx, conn, id)
+		out, tookOver, err = e.elect(ctx, conn, id)
 		return err
 	})
 	if err != nil {
 		return Lease{}, err
 	}
 	e.remember(id, out)
-	// The leader prunes, on renewals and takeovers. A namespace's first
-	// grant skips it: the namespace is new, and that call is kept short.
-	if out.HeldBy(id) && !created {
+	// The leader prunes, on its one-statement renewals (above) and when it
+	// takes over a seat another candidate held. A namespace's first grant
+	// and a renewal through the full transaction skip it: those calls are
+	// kept to the fewest round trips.
+	if tookOver {
 		e.maybePrune(ctx, opts)
 	}
 	return out, nil
 }
 
-// elect is Elect's transaction. created reports that the call created the
-// namespace's seat.
-func (e *Election) elect(ctx context.Context, conn gorm.ConnPool, id uuid.UUID) (_ Lease, created bool, _ error) {
+// elect is Elect's transaction. tookOver reports that the caller was granted
+// a seat that had been held before (not created, not renewed).
+func (e *Election) elect(ctx context.Context, conn gorm.ConnPool, id uuid.UUID) (_ Lease, tookOver bool, _ error) {
 	for attempt := 0; attempt < 2; attempt++ {
 		if err := e.d.TakeWriteLock(ctx, conn, e.namespace); err != nil {
 			return Lease{}, false, err
@@ -130,7 +132,7 @@ func (e *Election) elect(ctx context.Context, conn gorm.ConnPool, id uuid.UUID) 
 			}
 			mine.Term, mine.AcquiredAt = 1, s.now
 			e.log.Debug("election: first leader of namespace", "leader", id, "term", 1)
-			return mine, true, nil
+			return mine, false, nil
 		case s.leader == id && s.live():
 			if _, err := conn.ExecContext(ctx, e.q.keepLease, exp, now, e.namespace, id, s.term); err != nil {
 				return Lease{}, false, err
@@ -148,7 +150,7 @@ func (e *Election) elect(ctx context.Context, conn gorm.ConnPool, id uuid.UUID) 
 			mine.Term, mine.AcquiredAt = s.term+1, s.now
 			e.log.Debug("election: new leader", "leader", id, "term", mine.Term, "previous", s.leader)
 			// Term 0 is a seat made vacant by the lock itself (SQLite).
-			return mine, s.term == 0, nil
+			return mine, s.term > 0, nil
 		default:
 			return e.lease(s), false, nil
 		}

@@ -65,6 +65,9 @@ type Dialect interface {
 	// NowPlus is Now plus a duration given as the expression's one bound
 	// parameter, whose value DurationArg makes.
 	NowPlus() string
+	// Plus is the timestamp expression expr plus a duration given as the
+	// expression's one bound parameter, whose value DurationArg makes.
+	Plus(expr string) string
 	// DurationArg is the bound value NowPlus expects for d.
 	DurationArg(d time.Duration) any
 	// TimeArg is the bound value for a timestamp column.
@@ -79,7 +82,8 @@ type Dialect interface {
 	// SelectLeader returns a query with one marker (the namespace) yielding
 	// exactly one row: db_now, leader_id, term, lease_expires_at, acquired_at.
 	// The leader columns are NULL when the namespace has no row. db_now is read
-	// after the lock was granted.
+	// after the lock was granted. With UpdateLock, a dialect without row locks
+	// may create the missing row, vacant with term 0, to take its lock.
 	SelectLeader(lock Lock) string
 	// TakeWriteLock makes sure the current transaction holds whatever lock
 	// serializes elections (SQLite's database write lock); a no-op where
@@ -103,6 +107,25 @@ type Dialect interface {
 // ErrUnsafeSettings is wrapped by errors from Check: the database handle is
 // configured in a way that breaks elections under contention.
 var ErrUnsafeSettings = errors.New("unsafe database settings")
+
+// Direct returns conn without GORM's prepared-statement cache (a handle
+// opened with gorm.Config{PrepareStmt: true}): the cache answers a failed
+// prepare (a missing table, an unknown variable, a cancelled context) from
+// QueryRowContext with an empty *sql.Row whose Scan panics, where the pool
+// or transaction underneath returns the error.
+func Direct(conn gorm.ConnPool) gorm.ConnPool {
+	switch p := conn.(type) {
+	case *gorm.PreparedStmtDB:
+		if p != nil && p.ConnPool != nil {
+			return p.ConnPool
+		}
+	case *gorm.PreparedStmtTX:
+		if p != nil && p.Tx != nil {
+			return p.Tx
+		}
+	}
+	return conn
+}
 
 // For returns the dialect of db, chosen once by the GORM dialector's name.
 func For(db *gorm.DB) (Dialect, error) {

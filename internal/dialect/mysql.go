@@ -24,7 +24,8 @@ var _ Dialect = mysql{}
 func (mysql) Name() string                    { return "mysql" }
 func (mysql) Rebind(q string) string          { return q }
 func (mysql) Now() string                     { return "SYSDATE(6)" }
-func (mysql) NowPlus() string                 { return "(SYSDATE(6) + INTERVAL ? MICROSECOND)" }
+func (d mysql) NowPlus() string               { return d.Plus(d.Now()) }
+func (mysql) Plus(expr string) string         { return "(" + expr + " + INTERVAL ? MICROSECOND)" }
 func (mysql) DurationArg(d time.Duration) any { return d.Microseconds() }
 func (mysql) TimeArg(t time.Time) any         { return t.UTC() }
 
@@ -53,13 +54,15 @@ func (mysql) TakeWriteLock(context.Context, gorm.ConnPool, string) error { retur
 // The new expiry, as microseconds since the epoch, travels back in the OK
 // packet through LAST_INSERT_ID(expr), saving the round trip a read would
 // cost. STRAIGHT_JOIN locks the leader row before the candidate row, the order
-// every other statement uses.
-const myRenew = `UPDATE election_leaders l STRAIGHT_JOIN election_candidates c
+// every other statement uses. The new times come from one reading of the
+// clock (t.n), so the lease and the candidate row expire together; the
+// liveness test reads the clock afresh, after the lock.
+const myRenew = `UPDATE (SELECT SYSDATE(6) AS n) t STRAIGHT_JOIN election_leaders l STRAIGHT_JOIN election_candidates c
   ON c.namespace = l.namespace AND c.candidate_id = l.leader_id
-SET l.lease_expires_at = TIMESTAMP('1970-01-01') + INTERVAL LAST_INSERT_ID(TIMESTAMPDIFF(MICROSECOND, '1970-01-01', SYSDATE(6)) + ?) MICROSECOND,
-  l.updated_at = SYSDATE(6),
-  c.last_heartbeat_at = SYSDATE(6),
-  c.expires_at = SYSDATE(6) + INTERVAL ? MICROSECOND
+SET l.lease_expires_at = TIMESTAMP('1970-01-01') + INTERVAL LAST_INSERT_ID(TIMESTAMPDIFF(MICROSECOND, '1970-01-01', t.n) + ?) MICROSECOND,
+  l.updated_at = t.n,
+  c.last_heartbeat_at = t.n,
+  c.expires_at = t.n + INTERVAL ? MICROSECOND
 WHERE l.namespace = ? AND l.leader_id = ? AND l.term = ? AND l.lease_expires_at > SYSDATE(6)`
 
 var unixEpoch = time.Unix(0, 0).UTC()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -23,8 +24,9 @@ var _ Dialect = postgres{}
 func (postgres) Name() string           { return "postgres" }
 func (postgres) Rebind(q string) string { return rebindDollar(q) }
 func (postgres) Now() string            { return "clock_timestamp()" }
-func (postgres) NowPlus() string {
-	return "(clock_timestamp() + CAST(? AS bigint) * interval '1 microsecond')"
+func (d postgres) NowPlus() string      { return d.Plus(d.Now()) }
+func (postgres) Plus(expr string) string {
+	return "(" + expr + " + CAST(? AS bigint) * interval '1 microsecond')"
 }
 func (postgres) DurationArg(d time.Duration) any { return d.Microseconds() }
 func (postgres) TimeArg(t time.Time) any         { return t.UTC() }
@@ -51,14 +53,18 @@ func (postgres) SelectLeader(lock Lock) string {
 
 func (postgres) TakeWriteLock(context.Context, gorm.ConnPool, string) error { return nil }
 
+// pgRenew renews the lease and refreshes the candidate row in one statement,
+// from one reading of the clock taken after the row lock: the candidate's
+// heartbeat is the lease's updated_at and both expire together.
 const pgRenew = `WITH l AS (
   UPDATE election_leaders
-  SET lease_expires_at = clock_timestamp() + CAST($4 AS bigint) * interval '1 microsecond', updated_at = clock_timestamp()
+  SET (updated_at, lease_expires_at) =
+    (SELECT t.n, t.n + CAST($4 AS bigint) * interval '1 microsecond' FROM (SELECT clock_timestamp() AS n) t)
   WHERE namespace = $1 AND leader_id = $2 AND term = $3 AND lease_expires_at > clock_timestamp()
-  RETURNING lease_expires_at
+  RETURNING updated_at, lease_expires_at
 ), c AS (
   INSERT INTO election_candidates (namespace, candidate_id, registered_at, last_heartbeat_at, expires_at)
-  SELECT $1, $2, clock_timestamp(), clock_timestamp(), clock_timestamp() + CAST($4 AS bigint) * interval '1 microsecond' FROM l
+  SELECT $1, $2, l.updated_at, l.updated_at, l.lease_expires_at FROM l
   ON CONFLICT (namespace, candidate_id) DO UPDATE SET last_heartbeat_at = excluded.last_heartbeat_at, expires_at = excluded.expires_at
 )
 SELECT lease_expires_at FROM l`
@@ -119,10 +125,14 @@ func (postgres) LockMigrations(ctx context.Context, conn *sql.Conn) (func(bool) 
 }
 
 func openPostgres(dsn string) (Opened, error) {
+	// The scheme is case-insensitive; pgconn knows it only in lower case
+	// and would read "Postgres://..." as keyword=value pairs.
+	if i := strings.Index(dsn, "://"); i >= 0 {
+		dsn = strings.ToLower(dsn[:i]) + dsn[i:]
+	}
 	cfg, err := pgconn.ParseConfig(dsn)
 	if err != nil {
-		// pgconn masks the password in its own message.
-		return Opened{}, fmt.Errorf("%w: %v", ErrDSN, err)
+		return Opened{}, fmt.Errorf("%w: %s", ErrDSN, pgParseMessage(dsn, err))
 	}
 	u, err := url.Parse(dsn)
 	if err != nil {
@@ -134,6 +144,11 @@ func openPostgres(dsn string) (Opened, error) {
 		q.Set("timezone", "UTC")
 		u.RawQuery = q.Encode()
 	}
+	if u.Host == "" && u.Path == "" && u.User == nil {
+		// A bare postgres:// means every default. url.URL.String would
+		// drop its "//", and pgx would then read it as keyword=value pairs.
+		u.Path = "/"
+	}
 	return Opened{
 		Dialect:    postgres{},
 		DriverName: "pgx",
@@ -144,6 +159,34 @@ func openPostgres(dsn string) (Opened, error) {
 			Secret:   cfg.Password,
 		},
 	}, nil
+}
+
+// pgParseMessage says why pgconn rejected dsn without showing a password.
+// pgconn masks the password of a URL it can parse, but not one given as a
+// password parameter, and it quotes in full a URL that does not parse.
+func pgParseMessage(dsn string, err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return "postgres URL does not parse: " + ue.Err.Error()
+	}
+	u, perr := url.Parse(dsn)
+	if perr != nil {
+		return "postgres URL does not parse"
+	}
+	secrets := u.Query()["password"]
+	if pw, ok := u.User.Password(); ok {
+		secrets = append(secrets, pw)
+	}
+	msg := err.Error()
+	for _, s := range secrets {
+		if s == "" {
+			continue
+		}
+		for _, form := range []string{s, url.QueryEscape(s), url.PathEscape(s)} {
+			msg = strings.ReplaceAll(msg, form, "xxxxx")
+		}
+	}
+	return msg
 }
 
 func (postgres) Gorm(pool *sql.DB) gorm.Dialector {

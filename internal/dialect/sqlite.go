@@ -34,6 +34,9 @@ func (sqlite) Now() string            { return sqliteNow }
 func (sqlite) NowPlus() string {
 	return "(strftime('%Y-%m-%d %H:%M:%f', 'now', ?) || '000')"
 }
+func (sqlite) Plus(expr string) string {
+	return "(strftime('%Y-%m-%d %H:%M:%f', " + expr + ", ?) || '000')"
+}
 func (sqlite) DurationArg(d time.Duration) any {
 	return fmt.Sprintf("%+.3f seconds", d.Seconds())
 }
@@ -45,19 +48,28 @@ func (sqlite) UpsertCandidate() string {
 
 func (sqlite) InsertIgnore() string { return "ON CONFLICT (namespace) DO NOTHING" }
 
-func (sqlite) SelectLeader(Lock) string {
+// SelectLeader with UpdateLock reads the row with a write: an upsert that
+// creates the namespace's row vacant with term 0 when it is missing, changes
+// nothing when it exists, and returns it. A transaction that reads first and
+// writes later can fail with SQLITE_BUSY without waiting when another
+// connection wrote in between; writing first makes it wait for the database's
+// write lock instead, as BEGIN IMMEDIATE does, and holding that lock is what
+// serializes elections. Reading and locking in one statement saves the round
+// trip a separate locking write would cost. The vacant row is what the
+// schema's term default describes; the protocol grants it as term 1.
+func (sqlite) SelectLeader(lock Lock) string {
+	if lock == UpdateLock {
+		return "INSERT INTO election_leaders (namespace, leader_id, term, lease_expires_at, acquired_at, updated_at) " +
+			"VALUES (?, NULL, 0, NULL, NULL, " + sqliteNow + ") ON CONFLICT (namespace) DO UPDATE SET term = term " +
+			"RETURNING " + sqliteNow + ", leader_id, term, lease_expires_at, acquired_at"
+	}
 	return "SELECT " + sqliteNow + ", l.leader_id, l.term, l.lease_expires_at, l.acquired_at FROM (SELECT 1) d " +
 		"LEFT JOIN election_leaders l ON l.namespace = ?"
 }
 
-// TakeWriteLock starts the transaction's write with a statement that changes
-// nothing. A transaction that reads first and writes later can fail with
-// SQLITE_BUSY without waiting when another connection wrote in between;
-// writing first makes it wait for the lock instead, as BEGIN IMMEDIATE does.
-func (sqlite) TakeWriteLock(ctx context.Context, conn gorm.ConnPool, ns string) error {
-	_, err := conn.ExecContext(ctx, "UPDATE election_leaders SET term = term WHERE namespace = ?", ns)
-	return err
-}
+// TakeWriteLock has nothing to do: SelectLeader(UpdateLock) takes the write
+// lock.
+func (sqlite) TakeWriteLock(context.Context, gorm.ConnPool, string) error { return nil }
 
 func (d sqlite) Renew(ctx context.Context, conn gorm.ConnPool, ns string, id uuid.UUID, term int64, expire time.Duration) (Renewed, bool, error) {
 	var exp Time
