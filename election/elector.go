@@ -25,7 +25,9 @@ var ErrElectorStarted = errors.New("election: Elector.Run already called")
 // settings that do not fit the Election's expiry window.
 type ElectorConfig struct {
 	// Interval is the time between election rounds. Default Expire()/3. Each
-	// wait is jittered by ±10% so candidates do not tick in lockstep. A
+	// wait is shortened by up to 20% at random, so candidates do not tick in
+	// lockstep and none waits longer than Interval: after a crash, another
+	// candidate takes over within Expire() + Interval. A
 	// leader renews its lease every Interval, so several renewals can fail
 	// before its trust window ends. Must be positive and at most Expire()/2.
 	Interval time.Duration
@@ -623,13 +625,13 @@ func (el *Elector) poke(src wakeSource) {
 	}
 }
 
-// jitter returns d ± 10%.
+// jitter returns a duration between 0.8 d and d.
 func (el *Elector) jitter(d time.Duration) time.Duration {
 	spread := d / 5
 	if spread <= 0 {
 		return d
 	}
-	return d - spread/2 + rand.N(spread)
+	return d - rand.N(spread)
 }
 
 // retryWait is the backoff after failures consecutive failed rounds:
