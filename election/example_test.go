@@ -204,3 +204,34 @@ func ExampleElection_UnregisterCandidate() {
 	// vacant: true
 	// bob leads in term 2
 }
+
+// An Elector runs the election loop: it calls OnStartedLeading with a
+// context that ends when leadership does, and on shutdown unregisters so
+// that another candidate can take over at once.
+func ExampleElector() {
+	db, done := exampleDB()
+	defer done()
+	e, _ := election.New(db, election.WithNamespace("reports"), election.WithExpire(3*time.Second))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	el, err := e.NewElector(alice, election.ElectorConfig{
+		OnStartedLeading: func(leaderCtx context.Context, lease election.Lease) {
+			fmt.Println("leading in term", lease.Term)
+			cancel() // a real leader works until leaderCtx ends; here we shut down at once
+			<-leaderCtx.Done()
+		},
+		OnStoppedLeading: func(lease election.Lease) { fmt.Println("stopped leading term", lease.Term) },
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := el.Run(ctx); err != nil {
+		log.Fatal(err)
+	}
+	lease, _ := e.Leader(context.Background())
+	fmt.Println("seat vacant after Run:", lease.Vacant())
+	// Output:
+	// leading in term 1
+	// stopped leading term 1
+	// seat vacant after Run: true
+}
