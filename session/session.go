@@ -2,15 +2,18 @@
 // transactions.
 //
 // Open turns a DSN into a *gorm.DB with the settings each database needs
-// for elections to be correct under contention; Wrap does the same for a
-// *sql.DB the application already has. FromTx lets a transaction begun with
-// database/sql take part in an election call (through election.WithTx), and
-// Transaction runs a function in the caller's transaction or a new one.
+// for elections to be correct under contention; OpenWrapped does the same
+// with a hook around the driver's connector, for instrumentation; Wrap does
+// the same for a *sql.DB the application already has. FromTx lets a
+// transaction begun with database/sql take part in an election call
+// (through election.WithTx), and Transaction runs a function in the caller's
+// transaction or a new one.
 package session
 
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"time"
@@ -49,11 +52,28 @@ const pingTimeout = 10 * time.Second
 // 5 s busy timeout. opts are passed to gorm.Open; without them the handle
 // logs only slow queries and takes GORM's own timestamps in UTC.
 func Open(dsn string, opts ...gorm.Option) (*gorm.DB, error) {
+	return open(dsn, nil, opts)
+}
+
+// OpenWrapped opens dsn exactly as Open does, but runs the pool on the
+// connector wrap returns for the driver's connector: the place to add
+// instrumentation such as tracing, metrics or counting round trips. wrap is
+// called once, for the pool the returned handle uses, and must return a
+// connector that opens connections of the same driver (its Driver method
+// should return the driver it was given, which Wrap and the election package
+// rely on to tell databases apart). Statements Open runs while learning the
+// server's version, on MySQL, go through a short-lived pool that is not
+// wrapped. A nil wrap is the same as Open.
+func OpenWrapped(dsn string, wrap func(driver.Connector) driver.Connector, opts ...gorm.Option) (*gorm.DB, error) {
+	return open(dsn, wrap, opts)
+}
+
+func open(dsn string, wrap func(driver.Connector) driver.Connector, opts []gorm.Option) (*gorm.DB, error) {
 	o, err := dialect.Open(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("session: %w", err)
 	}
-	sqlDB, err := openPool(o)
+	sqlDB, err := openPool(o, wrap)
 	if err != nil {
 		return nil, err
 	}
@@ -72,17 +92,24 @@ func Open(dsn string, opts ...gorm.Option) (*gorm.DB, error) {
 }
 
 // openPool opens and pings the pool, reopening it when the dialect has to
-// learn the server's version to finish the DSN.
-func openPool(o dialect.Opened) (*sql.DB, error) {
-	sqlDB, err := sql.Open(o.DriverName, o.DSN)
+// learn the server's version to finish the DSN. wrap, when not nil, wraps the
+// connector of the pool that is returned.
+func openPool(o dialect.Opened, wrap func(driver.Connector) driver.Connector) (*sql.DB, error) {
+	c, err := connector(o.DriverName, o.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("session: %w: %s", ErrDSN, o.Target.Scrub(err.Error()))
 	}
+	if wrap != nil && o.AfterOpen == nil {
+		if c = wrap(c); c == nil {
+			return nil, errors.New("session: OpenWrapped: wrap returned a nil connector")
+		}
+	}
+	sqlDB := sql.OpenDB(c)
 	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
 	defer cancel()
 	if err := sqlDB.PingContext(ctx); err != nil {
 		sqlDB.Close()
-		return nil, &unreachable{target: o.Target, msg: o.Target.Scrub(err.Error()), err: err}
+		return nil, &unreachable{target: o.Target.String(), msg: o.Target.Scrub(err.Error()), err: err}
 	}
 	if o.AfterOpen == nil {
 		return sqlDB, nil
@@ -90,21 +117,47 @@ func openPool(o dialect.Opened) (*sql.DB, error) {
 	dsn, err := o.AfterOpen(sqlDB)
 	if err != nil {
 		sqlDB.Close()
-		return nil, &unreachable{target: o.Target, msg: o.Target.Scrub(err.Error()), err: err}
+		return nil, &unreachable{target: o.Target.String(), msg: o.Target.Scrub(err.Error()), err: err}
 	}
 	if dsn == "" {
-		return sqlDB, nil
+		if wrap == nil {
+			return sqlDB, nil
+		}
+		dsn = o.DSN
 	}
 	sqlDB.Close()
 	o.AfterOpen = nil
 	o.DSN = dsn
-	return openPool(o)
+	return openPool(o, wrap)
 }
+
+// connector is what sql.Open(driverName, dsn) would run the pool on: the
+// driver's own connector when it has one, else one that calls Driver.Open.
+func connector(driverName, dsn string) (driver.Connector, error) {
+	probe, err := sql.Open(driverName, dsn)
+	if err != nil {
+		return nil, err
+	}
+	d := probe.Driver()
+	probe.Close()
+	if dc, ok := d.(driver.DriverContext); ok {
+		return dc.OpenConnector(dsn)
+	}
+	return dsnConnector{dsn: dsn, d: d}, nil
+}
+
+type dsnConnector struct {
+	dsn string
+	d   driver.Driver
+}
+
+func (c dsnConnector) Connect(context.Context) (driver.Conn, error) { return c.d.Open(c.dsn) }
+func (c dsnConnector) Driver() driver.Driver                        { return c.d }
 
 // unreachable keeps the driver error for errors.As while printing a
 // message scrubbed of the password.
 type unreachable struct {
-	target dialect.Target
+	target string // dialect.Target.String(): never the password, even under %#v
 	msg    string
 	err    error
 }
@@ -201,5 +254,10 @@ func Transaction(ctx context.Context, db *gorm.DB, opts *sql.TxOptions, fn func(
 // on purpose (a variable one server version lacks) and are not the
 // application's queries.
 func quiet(db *gorm.DB) *gorm.DB {
-	return db.Session(&gorm.Session{NewDB: true, Logger: logger.Discard})
+	// With a Context the session's Statement is a copy, so the caller's
+	// handle keeps its prepared-statement cache; the probes skip it, since it
+	// turns a failed statement into a panic.
+	s := db.Session(&gorm.Session{NewDB: true, Logger: logger.Discard, Context: context.Background()})
+	s.Statement.ConnPool = dialect.Direct(s.Statement.ConnPool)
+	return s
 }
