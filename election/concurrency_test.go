@@ -1,0 +1,297 @@
+package election_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+
+	"github.com/sqlelect/sqlelect/election"
+	"github.com/sqlelect/sqlelect/internal/testdb"
+)
+
+// Sizes of the in-process contention tests.
+const (
+	contenders     = 32
+	contendRounds  = 20
+	contendShort   = 150 * time.Millisecond
+	contendLong    = 600 * time.Millisecond
+	freshRaces     = 6
+	electionGroups = 4 // contenders share this many Election values per namespace
+)
+
+// TestConcurrentElect has many goroutines, each its own candidate, contend
+// for one namespace on every database, and checks the whole history: one
+// leader per term, no overlapping leases, terms never going back, and no
+// error at all reaching a caller (no deadlock on MariaDB, no "database is
+// locked" on SQLite).
+func TestConcurrentElect(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *gorm.DB) {
+		if db.Dialector.Name() != "sqlite" {
+			// Leave connections for the tests running beside this one.
+			testdb.Raw(t, db).SetMaxOpenConns(24)
+		}
+		t.Run("RaceToCreate", func(t *testing.T) { raceFresh(t, db, contenders, freshRaces) })
+		t.Run("RaceDistinctNamespaces", func(t *testing.T) { raceDistinct(t, db, contenders) })
+		t.Run("FreshNamespace", func(t *testing.T) { contend(t, db, false) })
+		t.Run("ExistingNamespace", func(t *testing.T) { contend(t, db, true) })
+	})
+}
+
+// raceFresh has n goroutines call Elect at the same moment on a namespace
+// that has no leader row yet, rounds times: exactly one wins term 1 and all
+// others are told so.
+func raceFresh(t *testing.T, db *gorm.DB, n, rounds int) {
+	ctx := testCtx(t)
+	for r := 0; r < rounds; r++ {
+		ns := fmt.Sprintf("%s.%d", testdb.Namespace(t), r)
+		tally := newLogTally()
+		es := make([]*election.Election, electionGroups)
+		for i := range es {
+			es[i] = mustElection(t, db, ns, election.WithLogger(tally.logger()))
+		}
+		start := make(chan struct{})
+		l := &ledger{}
+		var wg sync.WaitGroup
+		for g := 0; g < n; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				id := uuid.New()
+				name := strconv.Itoa(g)
+				<-start
+				for i := 1; i <= 2; i++ {
+					lease, err := es[g%len(es)].Elect(ctx, id)
+					if err != nil {
+						l.add(observation{Observer: name, Seq: i, Kind: "error", Op: "Elect", Candidate: id, Err: err.Error()})
+						continue
+					}
+					l.add(observation{Observer: name, Seq: i, Kind: "elect", Candidate: id, Leader: lease.Leader, Term: lease.Term, Acquired: lease.AcquiredAt, Expires: lease.ExpiresAt})
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		obs := l.all()
+		v := checkLeases(obs)
+		v.report(t)
+		tally.report(t)
+		if v.Terms != 1 {
+			t.Errorf("round %d: %d terms, want exactly term 1", r, v.Terms)
+		}
+		winners := map[uuid.UUID]bool{}
+		for _, o := range obs {
+			if o.Kind == "elect" {
+				winners[o.Leader] = true
+				if o.Term != 1 {
+					t.Errorf("round %d: %s saw term %d", r, o.Observer, o.Term)
+				}
+			}
+		}
+		if len(winners) != 1 {
+			t.Errorf("round %d: %d different leaders reported: %v", r, len(winners), winners)
+		}
+		if ids := mustList(t, es[0]); len(ids) != n {
+			t.Errorf("round %d: %d candidates registered, want %d", r, len(ids), n)
+		}
+		if t.Failed() {
+			return
+		}
+	}
+}
+
+// raceDistinct has n goroutines each create a namespace of its own at the
+// same moment (on MariaDB at REPEATABLE READ such inserts deadlock each
+// other through gap locks): every one of them wins term 1, without error.
+func raceDistinct(t *testing.T, db *gorm.DB, n int) {
+	ctx := testCtx(t)
+	base := testdb.Namespace(t)
+	tally := newLogTally()
+	defer tally.report(t)
+	es := make([]*election.Election, n)
+	for i := range es {
+		es[i] = mustElection(t, db, fmt.Sprintf("%s.%d", base, i), election.WithLogger(tally.logger()))
+	}
+	start := make(chan struct{})
+	errs := make([]error, n)
+	leases := make([]election.Lease, n)
+	ids := make([]uuid.UUID, n)
+	var wg sync.WaitGroup
+	for g := 0; g < n; g++ {
+		ids[g] = uuid.New()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			leases[g], errs[g] = es[g].Elect(ctx, ids[g])
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for g := 0; g < n; g++ {
+		if errs[g] != nil {
+			t.Errorf("Elect in namespace %d: %v", g, errs[g])
+		} else if leases[g].Leader != ids[g] || leases[g].Term != 1 {
+			t.Errorf("Elect in namespace %d: %+v, want the caller in term 1", g, leases[g])
+		}
+	}
+}
+
+// contend runs the contention workload with many goroutines on one
+// namespace, fresh or already led by another candidate.
+func contend(t *testing.T, db *gorm.DB, existing bool) {
+	ctx := testCtx(t)
+	ns := testdb.Namespace(t)
+	l := &ledger{}
+	tally := newLogTally()
+	defer tally.report(t)
+	if existing {
+		pre := mustElection(t, db, ns, election.WithExpire(contendShort))
+		z := uuid.New()
+		lz := mustElect(t, pre, z)
+		l.add(observation{Observer: "setup", Seq: 1, Kind: "elect", Candidate: z, Leader: lz.Leader, Term: lz.Term, Acquired: lz.AcquiredAt, Expires: lz.ExpiresAt})
+	}
+	groups := make([]workload, electionGroups)
+	for i := range groups {
+		groups[i] = workload{
+			short:  mustElection(t, db, ns, election.WithExpire(contendShort), election.WithLogger(tally.logger())),
+			long:   mustElection(t, db, ns, election.WithExpire(contendLong), election.WithLogger(tally.logger())),
+			rounds: contendRounds,
+		}
+	}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := 0; g < contenders; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), uint64(time.Now().UnixNano())))
+			<-start
+			groups[g%len(groups)].run(ctx, strconv.Itoa(g), uuid.New(), rng, l)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	v := checkLeases(l.all())
+	v.report(t)
+	if want := contenders * contendRounds; v.Elects < want {
+		t.Errorf("%d Elect results recorded, want %d", v.Elects, want)
+	}
+	if v.Terms < 2 {
+		t.Errorf("only %d terms: the workload never changed leaders", v.Terms)
+	}
+	row, ok := leaderRow(t, db, ns)
+	if !ok || row.Term < int64(v.Terms) {
+		t.Errorf("leader row %+v: its term is behind the %d terms seen", row, v.Terms)
+	}
+	t.Logf("%d Elect calls, %d terms, %d releases", v.Elects, v.Terms, v.Releases)
+}
+
+// TestMultiProcess runs the contention workload in several OS processes (the
+// test binary started again in child mode) on one database, each writing
+// every lease it saw to a file, and checks all the files together.
+func TestMultiProcess(t *testing.T) {
+	for _, tg := range testdb.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			dsn, _ := sharedDSN(t, tg)
+			ns := testdb.Namespace(t)
+			dir := t.TempDir()
+			ready := filepath.Join(dir, "ready")
+			if err := os.Mkdir(ready, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			type child struct {
+				cmd    *exec.Cmd
+				out    string
+				output bytes.Buffer
+			}
+			children := make([]*child, multiProcs)
+			for i := range children {
+				c := &child{out: filepath.Join(dir, fmt.Sprintf("p%d.jsonl", i))}
+				c.cmd = exec.Command(os.Args[0], "-test.run=^$")
+				c.cmd.Env = append(os.Environ(),
+					childEnv+"="+fmt.Sprintf("p%d", i),
+					childDSNEnv+"="+dsn,
+					childNSEnv+"="+ns,
+					childOutEnv+"="+c.out,
+					childReadyEnv+"="+ready,
+					childProcsEnv+"="+strconv.Itoa(multiProcs),
+				)
+				c.cmd.Stdout, c.cmd.Stderr = &c.output, &c.output
+				if err := c.cmd.Start(); err != nil {
+					t.Fatalf("starting child %d: %v", i, err)
+				}
+				children[i] = c
+			}
+			for i, c := range children {
+				if err := c.cmd.Wait(); err != nil {
+					t.Errorf("child %d: %v\n%s", i, err, c.output.String())
+					continue
+				}
+				out := strings.TrimSpace(c.output.String())
+				t.Log(out)
+				if strings.Contains(out, "warnings [\"") {
+					t.Errorf("child %d: the library warned", i)
+				}
+			}
+			if t.Failed() {
+				return
+			}
+			var all []observation
+			for i, c := range children {
+				obs := readObservations(t, c.out)
+				elects := 0
+				for _, o := range obs {
+					if o.Kind == "elect" {
+						elects++
+					}
+				}
+				if want := multiGoroutines * multiRounds; elects < want {
+					t.Errorf("child %d recorded %d Elect results, want %d", i, elects, want)
+				}
+				all = append(all, obs...)
+			}
+			v := checkLeases(all)
+			v.report(t)
+			if v.Terms < 2 {
+				t.Errorf("only %d terms: the processes never changed leaders", v.Terms)
+			}
+			t.Logf("%d processes: %d Elect calls, %d terms, %d releases", multiProcs, v.Elects, v.Terms, v.Releases)
+		})
+	}
+}
+
+func readObservations(t *testing.T, path string) []observation {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("reading a child's results: %v", err)
+	}
+	defer f.Close()
+	var out []observation
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		var o observation
+		if err := json.Unmarshal(sc.Bytes(), &o); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		out = append(out, o)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return out
+}

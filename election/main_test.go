@@ -1,0 +1,524 @@
+package election_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"go.uber.org/goleak"
+	"gorm.io/gorm"
+
+	"github.com/sqlelect/sqlelect/election"
+	"github.com/sqlelect/sqlelect/internal/dialect"
+	"github.com/sqlelect/sqlelect/internal/testdb"
+	"github.com/sqlelect/sqlelect/migrate"
+	"github.com/sqlelect/sqlelect/models"
+	"github.com/sqlelect/sqlelect/session"
+)
+
+// Environment of a child process started by TestMultiProcess.
+const (
+	childEnv      = "SQLELECT_CORETEST_CHILD" // the child's name; set means "run as a child"
+	childDSNEnv   = "SQLELECT_CORETEST_DSN"
+	childNSEnv    = "SQLELECT_CORETEST_NS"
+	childOutEnv   = "SQLELECT_CORETEST_OUT"
+	childReadyEnv = "SQLELECT_CORETEST_READY" // directory of ready files: the start barrier
+	childProcsEnv = "SQLELECT_CORETEST_PROCS" // how many children wait at the barrier
+
+	// historyEnv, when set, makes checkLeases print the observations
+	// around an overlap to stderr.
+	historyEnv = "SQLELECT_CORETEST_HISTORY"
+)
+
+// TestMain runs a child of TestMultiProcess when the environment says so,
+// and otherwise the tests, failing on leaked goroutines.
+func TestMain(m *testing.M) {
+	if name := os.Getenv(childEnv); name != "" {
+		os.Exit(runChild(name))
+	}
+	goleak.VerifyTestMain(m,
+		// GORM's prepared-statement cache (gorm.Config{PrepareStmt: true},
+		// TestPreparedStatementHandles) starts an expiry goroutine per
+		// handle that nothing can stop.
+		goleak.IgnoreTopFunction("gorm.io/gorm/internal/lru.NewLRU[...].func1"),
+	)
+}
+
+// quiet is a logger that drops everything.
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// logTally is a slog handler that counts the library's retries of
+// transient conflicts, by operation and database error, and keeps its
+// warnings (e.g. a failed prune, which no caller would see).
+type logTally struct {
+	mu      sync.Mutex
+	retries map[string]int
+	warns   []string
+}
+
+func newLogTally() *logTally { return &logTally{retries: map[string]int{}} }
+
+func (c *logTally) logger() *slog.Logger { return slog.New(c) }
+
+func (c *logTally) Enabled(context.Context, slog.Level) bool { return true }
+
+func (c *logTally) Handle(_ context.Context, r slog.Record) error {
+	var op, msg string
+	r.Attrs(func(a slog.Attr) bool {
+		switch a.Key {
+		case "op":
+			op = a.Value.String()
+		case "err":
+			msg = a.Value.String()
+		}
+		return true
+	})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case strings.Contains(r.Message, "retrying after a transient conflict"):
+		if len(msg) > 70 {
+			msg = msg[:70]
+		}
+		c.retries[op+": "+msg]++
+	case r.Level >= slog.LevelWarn:
+		c.warns = append(c.warns, fmt.Sprintf("%s %v", r.Message, msg))
+	}
+	return nil
+}
+
+func (c *logTally) WithAttrs([]slog.Attr) slog.Handler { return c }
+func (c *logTally) WithGroup(string) slog.Handler      { return c }
+
+// report logs the retries and fails t on warnings.
+func (c *logTally) report(t testing.TB) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	total := 0
+	for _, n := range c.retries {
+		total += n
+	}
+	if total > 0 {
+		t.Logf("transient conflicts retried inside the library: %d %v", total, c.retries)
+	}
+	for _, w := range c.warns {
+		t.Errorf("the library warned: %s", w)
+	}
+}
+
+// testCtx is a context for one test, cancelled when it ends.
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// mustElection makes an Election on ns or fails the test.
+func mustElection(t testing.TB, db *gorm.DB, ns string, opts ...election.Option) *election.Election {
+	t.Helper()
+	opts = append([]election.Option{election.WithNamespace(ns), election.WithLogger(quiet)}, opts...)
+	e, err := election.New(db, opts...)
+	if err != nil {
+		t.Fatalf("election.New: %v", err)
+	}
+	return e
+}
+
+// waitSeatVacant polls Leader until the seat is vacant or expired by the
+// database clock.
+func waitSeatVacant(t testing.TB, ctx context.Context, e *election.Election) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		l, err := e.Leader(ctx)
+		if err != nil {
+			t.Fatalf("Leader: %v", err)
+		}
+		if l.Leader == uuid.Nil {
+			if l.Term != 0 || !l.ExpiresAt.IsZero() {
+				t.Fatalf("vacant seat reported as %+v, want only the namespace", l)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the lease %+v did not expire", l)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// dbNow reads the database clock.
+func dbNow(t testing.TB, db *gorm.DB) time.Time {
+	t.Helper()
+	d, err := dialect.For(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var now dialect.Time
+	if err := testdb.Raw(t, db).QueryRow("SELECT " + d.Now()).Scan(&now); err != nil {
+		t.Fatalf("reading the database clock: %v", err)
+	}
+	return now.Time
+}
+
+// leaderRow reads the namespace's leader row through the model; ok is false
+// when there is none.
+func leaderRow(t testing.TB, db *gorm.DB, ns string) (models.Leader, bool) {
+	t.Helper()
+	var rows []models.Leader
+	if err := db.Where("namespace = ?", ns).Find(&rows).Error; err != nil {
+		t.Fatalf("reading election_leaders: %v", err)
+	}
+	if len(rows) == 0 {
+		return models.Leader{}, false
+	}
+	return rows[0], true
+}
+
+// candidateRows reads the namespace's candidate rows through the model,
+// keyed by id.
+func candidateRows(t testing.TB, db *gorm.DB, ns string) map[uuid.UUID]models.Candidate {
+	t.Helper()
+	var rows []models.Candidate
+	if err := db.Where("namespace = ?", ns).Find(&rows).Error; err != nil {
+		t.Fatalf("reading election_candidates: %v", err)
+	}
+	out := map[uuid.UUID]models.Candidate{}
+	for _, r := range rows {
+		out[r.CandidateID] = r
+	}
+	return out
+}
+
+// sharedDSN returns a DSN that reaches the same migrated database every
+// time it is opened, and a handle on it: a file of the test's own for
+// SQLite, the configured database for the others.
+func sharedDSN(t testing.TB, tg testdb.Target) (string, *gorm.DB) {
+	t.Helper()
+	if tg.Name != "sqlite" {
+		return tg.DSN, testdb.Open(t, tg)
+	}
+	dsn := "sqlite:" + filepath.Join(t.TempDir(), "shared.db")
+	db := testdb.OpenDSN(t, dsn)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := migrate.Up(ctx, db); err != nil {
+		t.Fatalf("migrate.Up: %v", err)
+	}
+	return dsn, db
+}
+
+// observation is one thing a worker saw: a lease Elect returned, a release
+// (the worker unregistered, giving up Term if it led it), or an error.
+type observation struct {
+	Observer  string    `json:"o"`
+	Seq       int       `json:"s"`
+	Kind      string    `json:"k"` // "elect", "release" or "error"
+	Op        string    `json:"op,omitempty"`
+	Candidate uuid.UUID `json:"c"`
+	Leader    uuid.UUID `json:"l"`
+	Term      int64     `json:"t"`
+	Acquired  time.Time `json:"a"`
+	Expires   time.Time `json:"e"`
+	Err       string    `json:"err,omitempty"`
+}
+
+// ledger collects observations from many goroutines.
+type ledger struct {
+	mu  sync.Mutex
+	obs []observation
+	w   io.Writer // when set, every observation is also written as a JSON line
+}
+
+func (l *ledger) add(o observation) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.obs = append(l.obs, o)
+	if l.w != nil {
+		b, _ := json.Marshal(o)
+		_, _ = l.w.Write(append(b, '\n'))
+	}
+}
+
+func (l *ledger) all() []observation {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]observation(nil), l.obs...)
+}
+
+// verdict sums up what checkLeases found.
+type verdict struct {
+	Elects, Terms, Releases int
+	Problems                []string
+}
+
+// checkLeases checks a history of one namespace:
+//   - no call returned an error;
+//   - each term has exactly one leader and one start time;
+//   - the lease intervals [AcquiredAt, latest ExpiresAt seen] of different
+//     terms never overlap (all times are the database's), except that a term
+//     its leader gave up by unregistering may end before its lease would have;
+//   - terms start in order, and no observer ever saw the term go back.
+func checkLeases(obs []observation) verdict {
+	var v verdict
+	problem := func(format string, args ...any) {
+		if len(v.Problems) < 20 {
+			v.Problems = append(v.Problems, fmt.Sprintf(format, args...))
+		}
+	}
+	type termInfo struct {
+		leaders  map[uuid.UUID]bool
+		acquired map[time.Time]bool
+		start    time.Time
+		end      time.Time
+	}
+	terms := map[int64]*termInfo{}
+	released := map[int64]bool{}
+	byObserver := map[string][]observation{}
+	for _, o := range obs {
+		switch o.Kind {
+		case "error":
+			problem("%s: %s(%s) failed: %s", o.Observer, o.Op, o.Candidate, o.Err)
+			continue
+		case "release":
+			v.Releases++
+			if o.Term > 0 {
+				released[o.Term] = true
+			}
+			continue
+		}
+		v.Elects++
+		byObserver[o.Observer] = append(byObserver[o.Observer], o)
+		if o.Leader == uuid.Nil {
+			if o.Term != 0 {
+				problem("%s: vacant lease with term %d", o.Observer, o.Term)
+			}
+			continue
+		}
+		if o.Term <= 0 {
+			problem("%s: lease of %s with term %d", o.Observer, o.Leader, o.Term)
+			continue
+		}
+		if !o.Expires.After(o.Acquired) {
+			problem("%s: term %d expires at %v, not after it began at %v", o.Observer, o.Term, o.Expires, o.Acquired)
+		}
+		ti := terms[o.Term]
+		if ti == nil {
+			ti = &termInfo{leaders: map[uuid.UUID]bool{}, acquired: map[time.Time]bool{}, start: o.Acquired}
+			terms[o.Term] = ti
+		}
+		ti.leaders[o.Leader] = true
+		ti.acquired[o.Acquired.UTC()] = true
+		if o.Expires.After(ti.end) {
+			ti.end = o.Expires
+		}
+	}
+	for obsName, seq := range byObserver {
+		sort.Slice(seq, func(i, j int) bool { return seq[i].Seq < seq[j].Seq })
+		var last int64
+		for _, o := range seq {
+			if o.Term == 0 {
+				continue
+			}
+			if o.Term < last {
+				problem("%s: term went back from %d to %d", obsName, last, o.Term)
+			}
+			last = o.Term
+		}
+	}
+	ids := make([]int64, 0, len(terms))
+	for term, ti := range terms {
+		ids = append(ids, term)
+		if len(ti.leaders) != 1 {
+			problem("term %d has %d leaders: %v", term, len(ti.leaders), ti.leaders)
+		}
+		if len(ti.acquired) != 1 {
+			problem("term %d has %d start times: %v", term, len(ti.acquired), ti.acquired)
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	v.Terms = len(ids)
+	for i := 1; i < len(ids); i++ {
+		prev, cur := terms[ids[i-1]], terms[ids[i]]
+		if cur.start.Before(prev.start) {
+			problem("term %d began at %v, before term %d began at %v", ids[i], cur.start, ids[i-1], prev.start)
+		}
+		if !released[ids[i-1]] && cur.start.Before(prev.end) {
+			if os.Getenv(historyEnv) != "" {
+				for _, o := range obs {
+					if o.Term == ids[i-1] || o.Term == ids[i] || o.Kind == "release" {
+						fmt.Fprintf(os.Stderr, "history: %+v\n", o)
+					}
+				}
+			}
+			problem("term %d [%v, %v] overlaps term %d which began at %v (%v early)",
+				ids[i-1], prev.start, prev.end, ids[i], cur.start, prev.end.Sub(cur.start))
+		}
+	}
+	return v
+}
+
+// report fails t with every problem of v.
+func (v verdict) report(t testing.TB) {
+	t.Helper()
+	for _, p := range v.Problems {
+		t.Error(p)
+	}
+}
+
+// workload is what a contending worker does: Elect in a loop, sometimes
+// pausing while it leads (so the lease expires and another candidate takes
+// over), sometimes unregistering and registering again. Each registration
+// uses the short or the long expiry window, chosen at random; a candidate
+// keeps its window while registered, since a leader renewing through a
+// shorter window than before would (by design) shorten its own lease, and
+// the checker takes a term to last until the latest expiry anyone saw.
+type workload struct {
+	short, long *election.Election // the same namespace, different expiry windows
+	rounds      int
+}
+
+func (w workload) run(ctx context.Context, observer string, id uuid.UUID, rng *rand.Rand, l *ledger) {
+	seq := 0
+	note := func(o observation) {
+		seq++
+		o.Observer, o.Seq, o.Candidate = observer, seq, id
+		l.add(o)
+	}
+	fail := func(op string, err error) { note(observation{Kind: "error", Op: op, Err: err.Error()}) }
+	pick := func() *election.Election {
+		if rng.IntN(3) == 0 {
+			return w.long
+		}
+		return w.short
+	}
+	e := pick()
+	for r := 0; r < w.rounds && ctx.Err() == nil; r++ {
+		lease, err := e.Elect(ctx, id)
+		if err != nil {
+			fail("Elect", err)
+			continue
+		}
+		note(observation{Kind: "elect", Leader: lease.Leader, Term: lease.Term, Acquired: lease.AcquiredAt, Expires: lease.ExpiresAt})
+		leads := lease.Leader == id
+		switch {
+		case (leads && rng.IntN(4) == 0) || (!leads && rng.IntN(20) == 0):
+			var gave int64
+			if leads {
+				gave = lease.Term
+			}
+			// Noted before the call: from here on the term may end early.
+			note(observation{Kind: "release", Term: gave})
+			if err := e.UnregisterCandidate(ctx, id); err != nil {
+				fail("UnregisterCandidate", err)
+			}
+			e = pick()
+			if err := e.RegisterCandidate(ctx, id); err != nil {
+				fail("RegisterCandidate", err)
+			}
+		case leads && rng.IntN(3) == 0:
+			// Stop renewing until the lease has expired.
+			time.Sleep(e.Expire() + time.Duration(rng.IntN(20))*time.Millisecond)
+		default:
+			time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
+		}
+	}
+}
+
+// runChild is the body of a child process of TestMultiProcess: it contends
+// for the namespace with a few goroutines and writes every observation to a
+// file as JSON lines. Errors go into the file too; the exit code is non-zero
+// only when the child could not start.
+func runChild(name string) int {
+	fail := func(format string, args ...any) int {
+		fmt.Fprintf(os.Stderr, "child %s: "+format+"\n", append([]any{name}, args...)...)
+		return 2
+	}
+	out, err := os.Create(os.Getenv(childOutEnv))
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer out.Close()
+	bw := bufio.NewWriter(out)
+	db, err := session.Open(os.Getenv(childDSNEnv))
+	if err != nil {
+		return fail("opening: %v", err)
+	}
+	defer testdb.Close(db)
+	ns := os.Getenv(childNSEnv)
+	tally := newLogTally()
+	mk := func(d time.Duration) (*election.Election, error) {
+		return election.New(db, election.WithNamespace(ns), election.WithExpire(d), election.WithLogger(tally.logger()))
+	}
+	short, err := mk(multiShort)
+	if err != nil {
+		return fail("%v", err)
+	}
+	long, err := mk(multiLong)
+	if err != nil {
+		return fail("%v", err)
+	}
+	// Start barrier: announce readiness, wait for the others.
+	ready := os.Getenv(childReadyEnv)
+	procs, _ := strconv.Atoi(os.Getenv(childProcsEnv))
+	if err := os.WriteFile(filepath.Join(ready, name), nil, 0o600); err != nil {
+		return fail("%v", err)
+	}
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		entries, err := os.ReadDir(ready)
+		if err != nil {
+			return fail("%v", err)
+		}
+		if len(entries) >= procs {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fail("the other children did not start")
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	l := &ledger{w: bw}
+	w := workload{short: short, long: long, rounds: multiRounds}
+	began := time.Now()
+	var wg sync.WaitGroup
+	for g := 0; g < multiGoroutines; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.run(ctx, fmt.Sprintf("%s/%d", name, g), uuid.New(), rand.New(rand.NewPCG(uint64(g), uint64(time.Now().UnixNano()))), l)
+		}()
+	}
+	wg.Wait()
+	if err := bw.Flush(); err != nil {
+		return fail("%v", err)
+	}
+	// The parent shows this: retries the library absorbed, and warnings.
+	tally.mu.Lock()
+	defer tally.mu.Unlock()
+	fmt.Fprintf(os.Stderr, "child %s: ran %v; retried transient conflicts %v; warnings %q\n", name, time.Since(began).Round(time.Millisecond), tally.retries, tally.warns)
+	return 0
+}
+
+// Sizes of the multi-process test.
+const (
+	multiProcs      = 3
+	multiGoroutines = 4
+	multiRounds     = 60
+	multiShort      = 150 * time.Millisecond
+	multiLong       = 600 * time.Millisecond
+)
