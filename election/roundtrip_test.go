@@ -1,0 +1,99 @@
+package election_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+
+	"github.com/sqlelect/sqlelect/internal/rtcount"
+	"github.com/sqlelect/sqlelect/internal/testdb"
+	"github.com/sqlelect/sqlelect/migrate"
+	"github.com/sqlelect/sqlelect/session"
+)
+
+// openCounted opens target's database through session.OpenWrapped with a
+// round-trip counter, migrates it, and limits the pool to one connection so
+// calls run one after another on the same connection. SQLite gets a new
+// file.
+func openCounted(tb testing.TB, tg testdb.Target) (*gorm.DB, *rtcount.Counter) {
+	tb.Helper()
+	dsn := tg.DSN
+	if tg.Name == "sqlite" {
+		dsn = "sqlite:" + filepath.Join(tb.TempDir(), "roundtrips.db")
+	}
+	c := &rtcount.Counter{}
+	db, err := session.OpenWrapped(dsn, c.Wrap)
+	if err != nil {
+		tb.Fatalf("opening %s: %v", tg.Name, err)
+	}
+	tb.Cleanup(func() { testdb.Close(db) })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := migrate.Up(ctx, db); err != nil {
+		tb.Fatalf("migrate.Up on %s: %v", tg.Name, err)
+	}
+	testdb.Raw(tb, db).SetMaxOpenConns(1)
+	return db, c
+}
+
+// Round-trip budgets of Elect (see docs/performance.md).
+const (
+	maxFirstRoundTrips = 5 // a first acquisition on a new namespace
+	maxRenewRoundTrips = 2 // a renewal by the leader through the same Election
+)
+
+// TestRoundTripElect counts the round trips of Elect's first acquisition and
+// of a renewal on every database, so that an extra statement on these paths
+// fails here rather than only showing in a benchmark.
+func TestRoundTripElect(t *testing.T) {
+	for _, tg := range testdb.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			ctx := testCtx(t)
+			db, c := openCounted(t, tg)
+			e := mustElection(t, db, testdb.Namespace(t))
+			id := uuid.New()
+
+			before := c.Snapshot()
+			first, err := e.Elect(ctx, id)
+			if err != nil {
+				t.Fatalf("first Elect: %v", err)
+			}
+			n := c.Snapshot().Sub(before)
+			if !first.HeldBy(id) || first.Term != 1 {
+				t.Fatalf("first Elect gave %+v, want %s leading in term 1", first, id)
+			}
+			if n.Total() > maxFirstRoundTrips {
+				t.Errorf("first acquisition made %d round trips (%v), want at most %d", n.Total(), n, maxFirstRoundTrips)
+			}
+			t.Logf("first acquisition: %d round trips (%v)", n.Total(), n)
+
+			// The first renewal also prunes expired candidates, which the
+			// leader does at most every half expiry window; the renewals
+			// after it are the steady state.
+			if _, err := e.Elect(ctx, id); err != nil {
+				t.Fatalf("first renewal: %v", err)
+			}
+			for i := 0; i < 3; i++ {
+				before = c.Snapshot()
+				renewed, err := e.Elect(ctx, id)
+				if err != nil {
+					t.Fatalf("renewal: %v", err)
+				}
+				n = c.Snapshot().Sub(before)
+				if !renewed.HeldBy(id) || renewed.Term != first.Term || renewed.ExpiresAt.Before(first.ExpiresAt) {
+					// Not Before rather than After: SQLite's clock ticks in
+					// milliseconds.
+					t.Fatalf("renewal gave %+v after %+v, want the same term, expiring no earlier", renewed, first)
+				}
+				if n.Total() > maxRenewRoundTrips {
+					t.Errorf("renewal made %d round trips (%v), want at most %d", n.Total(), n, maxRenewRoundTrips)
+				}
+			}
+			t.Logf("renewal: %d round trips (%v)", n.Total(), n)
+		})
+	}
+}
