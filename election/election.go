@@ -58,6 +58,8 @@ type Election struct {
 	vacated   []func(ctx context.Context, conn gorm.ConnPool, leader uuid.UUID) error
 
 	handoffOnce sync.Once // registers the wake-up hook once (handoff.go)
+
+	stmts *stmtCache // prepared statements, for dialects that gain from them (stmtcache.go)
 }
 
 // New binds an election to db and a namespace. It checks the options and the
@@ -124,6 +126,7 @@ func New(db *gorm.DB, opts ...Option) (*Election, error) {
 	// Every vacated seat wakes the Electors waiting for it (handoff.go),
 	// whether or not this Election runs any.
 	e.registerHandoff()
+	e.useStmtCache()
 	return e, nil
 }
 
@@ -139,6 +142,16 @@ type queries struct {
 	vacate, vacateTerm, deleteCandidate                 string
 	isLeader, list, expired, prune                      string
 	selectLeader                                        map[dialect.Lock]string
+}
+
+// all lists every statement, for preparing them ahead.
+func (q queries) all() []string {
+	out := []string{q.upsertNow, q.upsertAt, q.insertLeader, q.keepLease, q.grant, q.vacate, q.vacateTerm,
+		q.deleteCandidate, q.isLeader, q.list, q.expired, q.prune}
+	for _, s := range q.selectLeader {
+		out = append(out, s)
+	}
+	return out
 }
 
 func buildQueries(d dialect.Dialect) queries {
@@ -231,13 +244,13 @@ func (e *Election) do(ctx context.Context, op string, opts []CallOption, inTx bo
 
 func (e *Election) once(ctx context.Context, inTx bool, fn func(gorm.ConnPool, bool) error) error {
 	if !inTx {
-		return fn(e.db.Statement.ConnPool, false)
+		return fn(e.conn(nil), false)
 	}
 	tx := e.db.WithContext(ctx).Begin(e.txOpts)
 	if tx.Error != nil {
 		return tx.Error
 	}
-	if err := fn(tx.Statement.ConnPool, false); err != nil {
+	if err := fn(e.conn(tx.Statement.ConnPool), false); err != nil {
 		tx.Rollback()
 		return err
 	}

@@ -93,6 +93,10 @@ type Dialect interface {
 	// term, and refreshes its candidate row. ok is false when the lease is not
 	// held with that term or has expired; nothing is changed then.
 	Renew(ctx context.Context, conn gorm.ConnPool, namespace string, id uuid.UUID, term int64, expire time.Duration) (r Renewed, ok bool, err error)
+	// CacheStatements reports whether the library's statements should be
+	// kept prepared: true where compiling a statement costs more than
+	// running it (SQLite, in process).
+	CacheStatements() bool
 	// Classify sorts an error returned by the driver.
 	Classify(err error) Class
 	// Check inspects the connection settings of db when an election is

@@ -216,3 +216,5 @@ func scrubMySQL(msg, dsn string) string {
 func (mysql) Gorm(pool *sql.DB) gorm.Dialector {
 	return gormmysql.New(gormmysql.Config{Conn: pool})
 }
+
+func (mysql) CacheStatements() bool { return false }

@@ -192,3 +192,5 @@ func pgParseMessage(dsn string, err error) string {
 func (postgres) Gorm(pool *sql.DB) gorm.Dialector {
 	return gormpg.New(gormpg.Config{Conn: pool})
 }
+
+func (postgres) CacheStatements() bool { return false }

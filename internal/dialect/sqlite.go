@@ -188,3 +188,5 @@ func openSQLite(path string) (Opened, error) {
 func (sqlite) Gorm(pool *sql.DB) gorm.Dialector {
 	return &gormsqlite.Dialector{Conn: pool}
 }
+
+func (sqlite) CacheStatements() bool { return true }
