@@ -15,7 +15,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"strings"
@@ -147,9 +146,9 @@ func (p *Proxy) IsCut() bool {
 	return p.cut
 }
 
-// SetDelay makes every chunk of data, in both directions, arrive d after the
-// proxy read it. Zero (the default) forwards at once. A chunk keeps the delay
-// in force when it was read.
+// SetDelay makes every chunk of data, in both directions, wait d after the
+// proxy read it before it is forwarded. Zero (the default) forwards at once.
+// Chunks of one direction are forwarded one at a time, in order.
 func (p *Proxy) SetDelay(d time.Duration) {
 	if d < 0 {
 		d = 0
@@ -272,70 +271,32 @@ func (p *Proxy) serve(client net.Conn) {
 	p.mu.Unlock()
 }
 
-type chunk struct {
-	data []byte
-	due  time.Time
-}
-
-// pipe copies src to dst, each chunk held back by the delay in force when it
-// was read. Reading and writing run apart, so a delay adds latency without
-// cutting throughput. Any error on either side tears the whole link down.
+// pipe copies src to dst, holding each chunk back by the delay in force
+// when it was read. Chunks of one direction go one at a time, in order, so a
+// delay also caps throughput: fine for the request-and-answer traffic of a
+// database protocol. Any error on either side tears the whole link down.
 func (p *Proxy) pipe(l *link, src, dst net.Conn) {
 	defer l.close()
-	queue := make(chan chunk, 64)
-	var writer sync.WaitGroup
-	writer.Add(1)
-	go func() {
-		defer writer.Done()
-		defer l.close()
-		for c := range queue {
-			if wait := time.Until(c.due); wait > 0 {
-				t := time.NewTimer(wait)
-				select {
-				case <-l.done:
-					t.Stop()
-					drain(queue)
-					return
-				case <-t.C:
-				}
-			}
-			if _, err := dst.Write(c.data); err != nil {
-				l.close() // unblocks the reader, which then closes queue
-				drain(queue)
-				return
-			}
-		}
-	}()
 	buf := make([]byte, chunkSize)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			c := chunk{data: append([]byte(nil), buf[:n]...), due: time.Now().Add(time.Duration(p.delay.Load()))}
-			select {
-			case queue <- c:
-			case <-l.done:
-				close(queue)
-				writer.Wait()
+			if d := time.Duration(p.delay.Load()); d > 0 {
+				t := time.NewTimer(d)
+				select {
+				case <-l.done:
+					t.Stop()
+					return
+				case <-t.C:
+				}
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
 		}
 		if err != nil {
-			if err == io.EOF {
-				// Let queued data reach dst before the link goes.
-				close(queue)
-				writer.Wait()
-				return
-			}
-			l.close()
-			close(queue)
-			writer.Wait()
 			return
 		}
-	}
-}
-
-func drain(q <-chan chunk) {
-	for range q {
 	}
 }
 
