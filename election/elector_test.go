@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/sqlelect/sqlelect/internal/dialect"
 	"github.com/sqlelect/sqlelect/internal/testdb"
-	"github.com/sqlelect/sqlelect/migrate"
 )
 
 // The Elector's tests live in package election to reach its test hooks
@@ -35,23 +33,6 @@ func electorCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// sharedDB returns a DSN reaching the same migrated database each time it
-// is opened, and a handle on it.
-func sharedDB(t testing.TB, tg testdb.Target) (string, *gorm.DB) {
-	t.Helper()
-	if tg.Name != "sqlite" {
-		return tg.DSN, testdb.Open(t, tg)
-	}
-	dsn := "sqlite:" + filepath.Join(t.TempDir(), "shared.db")
-	db := testdb.OpenDSN(t, dsn)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := migrate.Up(ctx, db); err != nil {
-		t.Fatalf("migrate.Up: %v", err)
-	}
-	return dsn, db
 }
 
 func newTestElection(t testing.TB, db *gorm.DB, ns string, expire time.Duration, opts ...Option) *Election {

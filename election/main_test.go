@@ -24,7 +24,6 @@ import (
 	"github.com/sqlelect/sqlelect/election"
 	"github.com/sqlelect/sqlelect/internal/dialect"
 	"github.com/sqlelect/sqlelect/internal/testdb"
-	"github.com/sqlelect/sqlelect/migrate"
 	"github.com/sqlelect/sqlelect/models"
 	"github.com/sqlelect/sqlelect/session"
 )
@@ -202,24 +201,6 @@ func candidateRows(t testing.TB, db *gorm.DB, ns string) map[uuid.UUID]models.Ca
 		out[r.CandidateID] = r
 	}
 	return out
-}
-
-// sharedDSN returns a DSN that reaches the same migrated database every
-// time it is opened, and a handle on it: a file of the test's own for
-// SQLite, the configured database for the others.
-func sharedDSN(t testing.TB, tg testdb.Target) (string, *gorm.DB) {
-	t.Helper()
-	if tg.Name != "sqlite" {
-		return tg.DSN, testdb.Open(t, tg)
-	}
-	dsn := "sqlite:" + filepath.Join(t.TempDir(), "shared.db")
-	db := testdb.OpenDSN(t, dsn)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := migrate.Up(ctx, db); err != nil {
-		t.Fatalf("migrate.Up: %v", err)
-	}
-	return dsn, db
 }
 
 // observation is one thing a worker saw: a lease Elect returned, a release

@@ -69,10 +69,16 @@ func NewFence(ctx context.Context, db *gorm.DB, e *election.Election, rec *Recor
 // once it has committed, records it. It returns an error matching
 // election.ErrNotLeader, and writes nothing, when lease is no longer held.
 func (f *Fence) Write(ctx context.Context, lease election.Lease) (Write, error) {
+	return f.commit(ctx, func(tx *gorm.DB) (Write, error) { return f.WriteTx(ctx, tx, lease) })
+}
+
+// commit runs write in a transaction of its own and records the write once
+// the transaction has committed.
+func (f *Fence) commit(ctx context.Context, write func(tx *gorm.DB) (Write, error)) (Write, error) {
 	var w Write
 	err := f.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var err error
-		w, err = f.WriteTx(ctx, tx, lease)
+		w, err = write(tx)
 		return err
 	})
 	if err != nil {
@@ -114,19 +120,7 @@ func (f *Fence) insert(ctx context.Context, tx *gorm.DB, lease election.Lease) (
 // a negative control, to show that the Checker catches the stale writes of
 // a leader that lost its lease without noticing.
 func (f *Fence) WriteUnguarded(ctx context.Context, lease election.Lease) (Write, error) {
-	var w Write
-	err := f.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		var err error
-		w, err = f.insert(ctx, tx, lease)
-		return err
-	})
-	if err != nil {
-		return Write{}, err
-	}
-	if f.rec != nil {
-		f.rec.Wrote(w)
-	}
-	return w, nil
+	return f.commit(ctx, func(tx *gorm.DB) (Write, error) { return f.insert(ctx, tx, lease) })
 }
 
 // Writes returns the committed writes of the namespace, in commit order, as

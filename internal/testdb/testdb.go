@@ -96,6 +96,24 @@ func Open(tb testing.TB, tg Target) *gorm.DB {
 	return db
 }
 
+// Shared returns a DSN that reaches the same migrated database every time
+// it is opened (a file of the test's own for SQLite, the configured database
+// for the others), and a handle on it.
+func Shared(tb testing.TB, tg Target) (string, *gorm.DB) {
+	tb.Helper()
+	if tg.Name != "sqlite" {
+		return tg.DSN, Open(tb, tg)
+	}
+	dsn := "sqlite:" + filepath.Join(tb.TempDir(), "shared.db")
+	db := OpenDSN(tb, dsn)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := migrate.Up(ctx, db); err != nil {
+		tb.Fatalf("migrate.Up: %v", err)
+	}
+	return dsn, db
+}
+
 // OpenDSN opens dsn with session.Open and closes it when the test ends. It
 // does not migrate.
 func OpenDSN(tb testing.TB, dsn string) *gorm.DB {
