@@ -21,7 +21,7 @@ import (
 func TestDatabaseClock(t *testing.T) {
 	for _, tg := range testdb.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
-			dsn, honest := sharedDSN(t, tg)
+			dsn, honest := testdb.Shared(t, tg)
 			skewed := func(d time.Duration) *gorm.DB {
 				db, err := session.Open(dsn, &gorm.Config{NowFunc: func() time.Time { return time.Now().Add(d) }})
 				if err != nil {

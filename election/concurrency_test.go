@@ -205,7 +205,7 @@ func contend(t *testing.T, db *gorm.DB, existing bool) {
 func TestMultiProcess(t *testing.T) {
 	for _, tg := range testdb.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
-			dsn, _ := sharedDSN(t, tg)
+			dsn, _ := testdb.Shared(t, tg)
 			ns := testdb.Namespace(t)
 			dir := t.TempDir()
 			ready := filepath.Join(dir, "ready")

@@ -164,7 +164,7 @@ func TestFaultNoTwoLeaders(t *testing.T) {
 	for _, tg := range testdb.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
 			t.Parallel()
-			dsn, direct := sharedDB(t, tg)
+			dsn, direct := testdb.Shared(t, tg)
 			ns := testdb.Namespace(t)
 			s := &seq{}
 			const n = 3
@@ -338,7 +338,7 @@ type tagged struct {
 func TestHandoffAcrossPools(t *testing.T) {
 	for _, tg := range testdb.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
-			dsn, dbA := sharedDB(t, tg)
+			dsn, dbA := testdb.Shared(t, tg)
 			dbB := testdb.OpenDSN(t, dsn)
 			ns := testdb.Namespace(t)
 			notify := tg.Name == "postgres"
@@ -483,7 +483,7 @@ func TestHandoffListener(t *testing.T) {
 func TestHandoffFromProtocolCalls(t *testing.T) {
 	for _, tg := range testdb.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
-			dsn, db := sharedDB(t, tg)
+			dsn, db := testdb.Shared(t, tg)
 			other := testdb.OpenDSN(t, dsn)
 			ns := testdb.Namespace(t)
 			b := newRecordedElector(t, newTestElection(t, db, ns, 10*time.Second), &seq{}, ElectorConfig{Interval: 3 * time.Second})

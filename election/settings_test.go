@@ -184,7 +184,7 @@ func handleSnapshot(db *gorm.DB) configSnapshot {
 func TestNewLeavesCallersHandle(t *testing.T) {
 	for _, tg := range testdb.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
-			dsn, _ := sharedDSN(t, tg)
+			dsn, _ := testdb.Shared(t, tg)
 			callerLogger := logger.New(log.New(os.Stderr, "", 0), logger.Config{LogLevel: logger.Error})
 			now := func() time.Time { return time.Now().Add(time.Minute) }
 			db, err := session.Open(dsn, &gorm.Config{Logger: callerLogger, NowFunc: now, TranslateError: false, CreateBatchSize: 7})
@@ -271,7 +271,7 @@ func TestPreparedStatementHandles(t *testing.T) {
 		t.Run(tg.Name, func(t *testing.T) {
 			ctx := testCtx(t)
 			prepared := &gorm.Config{PrepareStmt: true, Logger: logger.Discard}
-			dsn, _ := sharedDSN(t, tg)
+			dsn, _ := testdb.Shared(t, tg)
 			db, err := session.Open(dsn, prepared)
 			must(t, "session.Open with PrepareStmt", err)
 			t.Cleanup(func() { testdb.Close(db) })
