@@ -304,8 +304,9 @@ func lead(ctx context.Context, el *election.Elector, fence *electiontest.Fence, 
 			wctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), interval*2)
 		}
 		_, err := write(wctx, l)
+		timedOut := wctx.Err() != nil
 		cancel()
-		if err != nil && !errors.Is(err, election.ErrNotLeader) && ctx.Err() == nil && !transient(err) {
+		if err != nil && !errors.Is(err, election.ErrNotLeader) && ctx.Err() == nil && !timedOut && !transient(err) {
 			out.emit(event{Kind: "err", Msg: "fenced write: " + err.Error()}, false)
 		}
 		sleep(ctx, time.Duration(rand.Int64N(int64(interval)/2+1)))

@@ -38,6 +38,15 @@
 //
 //	go run ./cmd/sqlelect-chaos -db all -duration 10m -procs 4 -namespaces 4 -electors 3 -expire 300ms -interval 50ms
 //
+// Releases are recorded twice: the lease an Elector knows it gives up, and
+// a window of the database clock in which whatever its candidate holds is
+// given up (UnregisterCandidate at shutdown and Resign vacate the seat
+// even when the candidate never heard that its Elect had won it, when the
+// answer was lost to a fault).
+//
+// -events DIR keeps every process's event lines, and on a failed check the
+// history, for diagnosis.
+//
 // With -unfenced the leaders skip Guard and write on their own idea of
 // leadership: the run then shows what the check catches (stale writes after
 // a frozen leader wakes up) and exits 1.
