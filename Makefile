@@ -1,6 +1,6 @@
 # Everyday commands. Set SQLELECT_POSTGRES_DSN and SQLELECT_MYSQL_DSN to run
 # the database-backed parts against PostgreSQL and MySQL/MariaDB too.
-STATICCHECK_VERSION ?= 2026.2.2
+STATICCHECK_VERSION ?= v0.8.2
 
 .PHONY: test lint bench fuzz tidy-check ci
 
