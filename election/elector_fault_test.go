@@ -31,20 +31,6 @@ func init() {
 	_ = mysqldriver.SetLogger(log.New(io.Discard, "", 0))
 }
 
-// serverTargets are the configured databases reached over TCP.
-func serverTargets(t *testing.T) []testdb.Target {
-	var out []testdb.Target
-	for _, tg := range testdb.Targets(t) {
-		if tg.Name != "sqlite" {
-			out = append(out, tg)
-		}
-	}
-	if len(out) == 0 {
-		t.Skip("no PostgreSQL or MySQL configured")
-	}
-	return out
-}
-
 // link is a way to break one Elector's path to the database.
 type link interface {
 	cut()   // calls fail at once
@@ -101,7 +87,7 @@ func proxiedDB(t *testing.T, tg testdb.Target) (*faultproxy.Proxy, *gorm.DB) {
 // back; and Run returns nil, with no goroutine left, when cancelled while
 // the database is unreachable.
 func TestFaultStepDownBeforeExpiry(t *testing.T) {
-	for _, tg := range serverTargets(t) {
+	for _, tg := range testdb.Servers(t) {
 		for _, mode := range []string{"cut", "stall"} {
 			t.Run(tg.Name+"/"+mode, func(t *testing.T) {
 				direct := testdb.Open(t, tg)

@@ -123,20 +123,6 @@ func callAllBounded(t *testing.T, calls []outageCall) []boundedResult {
 	return out
 }
 
-// outageServers are the configured server databases.
-func outageServers(t *testing.T) []testdb.Target {
-	var out []testdb.Target
-	for _, tg := range testdb.Targets(t) {
-		if tg.Name != "sqlite" {
-			out = append(out, tg)
-		}
-	}
-	if len(out) == 0 {
-		t.Skip("no server database configured")
-	}
-	return out
-}
-
 // outageProxy starts a proxy to tg's server, closed when the test ends.
 func outageProxy(t *testing.T, tg testdb.Target) (*faultproxy.Proxy, string) {
 	t.Helper()
@@ -153,7 +139,7 @@ func outageProxy(t *testing.T, tg testdb.Target) (*faultproxy.Proxy, string) {
 // was up gets clear errors from every call, then works once it is back.
 func TestOutageDownAtStart(t *testing.T) {
 	outageLeakCheck(t)
-	for _, tg := range outageServers(t) {
+	for _, tg := range testdb.Servers(t) {
 		t.Run(tg.Name, func(t *testing.T) {
 			p, dsn := outageProxy(t, tg)
 			p.Cut()
@@ -266,7 +252,7 @@ func outageRecover(t *testing.T, db *gorm.DB, e *election.Election, id uuid.UUID
 // on; once the database is back, calls work and the Elector leads again.
 func TestOutageMidRun(t *testing.T) {
 	outageLeakCheck(t)
-	for _, tg := range outageServers(t) {
+	for _, tg := range testdb.Servers(t) {
 		for _, mode := range []string{"cut", "stall"} {
 			t.Run(tg.Name+"/"+mode, func(t *testing.T) {
 				p, dsn := outageProxy(t, tg)

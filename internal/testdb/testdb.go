@@ -63,6 +63,23 @@ func Targets(tb testing.TB) []Target {
 	return out
 }
 
+// Servers returns the configured PostgreSQL and MySQL targets, the ones
+// reached over TCP. It skips tb when there are none (which CI=true has
+// already made a failure in Targets).
+func Servers(tb testing.TB) []Target {
+	tb.Helper()
+	var out []Target
+	for _, tg := range Targets(tb) {
+		if tg.Name != "sqlite" {
+			out = append(out, tg)
+		}
+	}
+	if len(out) == 0 {
+		tb.Skip("no PostgreSQL or MySQL configured")
+	}
+	return out
+}
+
 // Each runs fn as a subtest per target, with a migrated database.
 func Each(t *testing.T, fn func(t *testing.T, db *gorm.DB)) {
 	t.Helper()
