@@ -170,6 +170,21 @@ func (r *recorder) waitEvent(what string, from int, pred func(event) bool) (even
 }
 
 // waitLeading waits for an OnStartedLeading at index from or later.
+// wokenSuccessor waits for b to lead, and checks that it won in a round a
+// local wake-up started and in the term after prev's.
+func wokenSuccessor(t *testing.T, b *recorder, prev event) event {
+	t.Helper()
+	stB, _ := b.waitLeading(0)
+	won, _ := b.waitRound("B's winning round", 0, func(rr roundReport) bool { return rr.lease.HeldBy(b.el.ID()) })
+	if won.cause != causeWakeLocal {
+		t.Errorf("B won in a %s round, want a wake-up", won.cause)
+	}
+	if stB.lease.Term != prev.lease.Term+1 {
+		t.Errorf("B's term %d, want %d", stB.lease.Term, prev.lease.Term+1)
+	}
+	return stB
+}
+
 func (r *recorder) waitLeading(from int) (event, int) {
 	r.t.Helper()
 	return r.waitEvent("OnStartedLeading", from, func(e event) bool { return e.kind == "started" })
@@ -471,14 +486,7 @@ func TestElectorHandoff(t *testing.T) {
 			mustStop(t, runA)
 			stopA, _ := a.waitEvent("A's OnStoppedLeading", 0, func(ev event) bool { return ev.kind == "stopped" })
 
-			stB, _ := b.waitLeading(0)
-			won, _ := b.waitRound("B's winning round", 0, func(rr roundReport) bool { return rr.lease.HeldBy(b.el.ID()) })
-			if won.cause != causeWakeLocal {
-				t.Errorf("B won in a %s round, want a wake-up", won.cause)
-			}
-			if stB.lease.Term != stA.lease.Term+1 {
-				t.Errorf("B's term %d, want %d", stB.lease.Term, stA.lease.Term+1)
-			}
+			stB := wokenSuccessor(t, b, stA)
 			if !stB.lease.AcquiredAt.Before(lastA.ExpiresAt) {
 				t.Errorf("B acquired at %v, not before A's lease would have expired (%v)", stB.lease.AcquiredAt, lastA.ExpiresAt)
 			}
@@ -527,14 +535,7 @@ func TestElectorResign(t *testing.T) {
 				}
 				a.waitEvent("A's work to end", 0, func(ev event) bool { return ev.kind == "work-done" })
 				a.waitEvent("A's OnStoppedLeading", 0, func(ev event) bool { return ev.kind == "stopped" })
-				stB, _ := b.waitLeading(0)
-				won, _ := b.waitRound("B's winning round", 0, func(rr roundReport) bool { return rr.lease.HeldBy(b.el.ID()) })
-				if won.cause != causeWakeLocal {
-					t.Errorf("B won in a %s round, want a wake-up", won.cause)
-				}
-				if stB.lease.Term != stA.lease.Term+1 {
-					t.Errorf("B's term %d, want %d", stB.lease.Term, stA.lease.Term+1)
-				}
+				stB := wokenSuccessor(t, b, stA)
 				ids, err := e.ListCandidates(electorCtx(t))
 				if err != nil || len(ids) != 2 {
 					t.Errorf("candidates after Resign: %v, %v; want both", ids, err)
