@@ -95,7 +95,7 @@ func open(dsn string, wrap func(driver.Connector) driver.Connector, opts []gorm.
 // learn the server's version to finish the DSN. wrap, when not nil, wraps the
 // connector of the pool that is returned.
 func openPool(o dialect.Opened, wrap func(driver.Connector) driver.Connector) (*sql.DB, error) {
-	c, err := connector(o.DriverName, o.DSN)
+	c, err := connector(o)
 	if err != nil {
 		return nil, fmt.Errorf("session: %w: %s", ErrDSN, o.Target.Scrub(err.Error()))
 	}
@@ -104,7 +104,7 @@ func openPool(o dialect.Opened, wrap func(driver.Connector) driver.Connector) (*
 			return nil, errors.New("session: OpenWrapped: wrap returned a nil connector")
 		}
 	}
-	sqlDB := sql.OpenDB(c)
+	sqlDB := sql.OpenDB(newPatientConnector(c))
 	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
 	defer cancel()
 	if err := sqlDB.PingContext(ctx); err != nil {
@@ -112,6 +112,7 @@ func openPool(o dialect.Opened, wrap func(driver.Connector) driver.Connector) (*
 		return nil, &unreachable{target: o.Target.String(), msg: o.Target.Scrub(err.Error()), err: err}
 	}
 	if o.AfterOpen == nil {
+		o.Pool.Apply(sqlDB)
 		return sqlDB, nil
 	}
 	dsn, err := o.AfterOpen(sqlDB)
@@ -121,6 +122,7 @@ func openPool(o dialect.Opened, wrap func(driver.Connector) driver.Connector) (*
 	}
 	if dsn == "" {
 		if wrap == nil {
+			o.Pool.Apply(sqlDB)
 			return sqlDB, nil
 		}
 		dsn = o.DSN
@@ -131,9 +133,14 @@ func openPool(o dialect.Opened, wrap func(driver.Connector) driver.Connector) (*
 	return openPool(o, wrap)
 }
 
-// connector is what sql.Open(driverName, dsn) would run the pool on: the
-// driver's own connector when it has one, else one that calls Driver.Open.
-func connector(driverName, dsn string) (driver.Connector, error) {
+// connector is the dialect's connector for o's DSN, else what
+// sql.Open(driverName, dsn) would run the pool on: the driver's own
+// connector when it has one, else one that calls Driver.Open.
+func connector(o dialect.Opened) (driver.Connector, error) {
+	if o.Connector != nil {
+		return o.Connector(o.DSN)
+	}
+	driverName, dsn := o.DriverName, o.DSN
 	probe, err := sql.Open(driverName, dsn)
 	if err != nil {
 		return nil, err

@@ -175,6 +175,7 @@ func openMySQL(dsn string) (Opened, error) {
 		Dialect:    mysql{},
 		DriverName: "mysql",
 		DSN:        cfg.FormatDSN(),
+		Pool:       serverPool,
 		Target:     target,
 		AfterOpen: func(db *sql.DB) (string, error) {
 			// READ COMMITTED for every transaction, so that concurrent first

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	drv "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -42,7 +43,46 @@ type Opened struct {
 	// AfterOpen runs once on the opened pool, e.g. to finish settings that
 	// depend on the server's version. It may return a new DSN to reopen with.
 	AfterOpen func(db *sql.DB) (reopenDSN string, err error)
+	// Pool is how the pool that is returned is sized.
+	Pool PoolSettings
+	// Connector, when not nil, makes the connector to run the pool on, in
+	// place of the one sql.Open(DriverName, dsn) would use. It is called
+	// with DSN (the reopened one, after AfterOpen).
+	Connector func(dsn string) (driver.Connector, error)
 }
+
+// PoolSettings sizes a database/sql pool.
+//
+// database/sql keeps only two idle connections unless told otherwise and
+// closes every other connection handed back to it. A process whose Electors,
+// handoff listeners and leader work run on one pool often has more than two
+// statements under way at once, so most of its connections were closed as
+// they came back and opened again for the next round. On PostgreSQL every
+// connection opened is a new server process: under load the opening took
+// longer than the rounds between, and with two namespaces per process the
+// rounds stalled to a few percent of their rate.
+type PoolSettings struct {
+	// MaxIdleConns is how many idle connections the pool keeps.
+	MaxIdleConns int
+	// ConnMaxIdleTime closes a connection idle for that long; 0 never does.
+	ConnMaxIdleTime time.Duration
+	// ConnMaxLifetime closes a connection that old when it is next idle; 0
+	// never does.
+	ConnMaxLifetime time.Duration
+}
+
+// Apply sets the pool's limits.
+func (p PoolSettings) Apply(db *sql.DB) {
+	db.SetMaxIdleConns(p.MaxIdleConns)
+	db.SetConnMaxIdleTime(p.ConnMaxIdleTime)
+	db.SetConnMaxLifetime(p.ConnMaxLifetime)
+}
+
+// serverPool is the pool of a database reached over the network: it keeps
+// the connections its busiest moment needed, lets them go after a few idle
+// minutes, and replaces each after half an hour, so that a pool does not
+// hold on for ever to a server a failover or a pooler has moved away from.
+var serverPool = PoolSettings{MaxIdleConns: 32, ConnMaxIdleTime: 5 * time.Minute, ConnMaxLifetime: 30 * time.Minute}
 
 // ErrDSN is wrapped by every error about the form of a DSN.
 var ErrDSN = errors.New("invalid DSN")

@@ -3,6 +3,7 @@ package dialect
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"net/url"
@@ -10,7 +11,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/jackc/pgx/v5/stdlib"
 	gormpg "gorm.io/driver/postgres"
 	"gorm.io/gorm"
 )
@@ -153,6 +157,8 @@ func openPostgres(dsn string) (Opened, error) {
 		Dialect:    postgres{},
 		DriverName: "pgx",
 		DSN:        u.String(),
+		Pool:       serverPool,
+		Connector:  pgConnector,
 		Target: Target{
 			Database: "postgres",
 			Where:    fmt.Sprintf("%s:%d (database %q, user %q)", cfg.Host, cfg.Port, cfg.Database, cfg.User),
@@ -160,6 +166,34 @@ func openPostgres(dsn string) (Opened, error) {
 		},
 	}, nil
 }
+
+// pgConnector is pgx's connector for dsn, except that a connection whose
+// context ends during a call is closed at once.
+//
+// pgx's own way, on a cancelled context, is to send a cancel request over a
+// new connection (up to 15 s) and only then close the connection. Until
+// then the server session lives on, and if its transaction locked the
+// leader row, so does the lock: when the server was busy starting server
+// processes, cancel requests took seconds, every candidate queued behind a
+// transaction whose client had already given up, their rounds timed out
+// and were cancelled the same way, and elections stalled. Closing the
+// socket makes the server roll the transaction back and release its locks
+// at once; pgx still sends its cancel request afterwards, which frees a
+// session that was waiting for a lock.
+func pgConnector(dsn string) (driver.Connector, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler { return closeOnCancel{c} }
+	return stdlib.GetConnector(*cfg), nil
+}
+
+// closeOnCancel closes a connection the moment its call's context ends.
+type closeOnCancel struct{ c *pgconn.PgConn }
+
+func (h closeOnCancel) HandleCancel(context.Context) { h.c.Conn().Close() }
+func (closeOnCancel) HandleUnwatchAfterCancel()      {}
 
 // pgParseMessage says why pgconn rejected dsn without showing a password.
 // pgconn masks the password of a URL it can parse, but not one given as a

@@ -181,7 +181,10 @@ func openSQLite(path string) (Opened, error) {
 		Dialect:    sqlite{},
 		DriverName: "sqlite3",
 		DSN:        base + "?" + q.Encode(),
-		Target:     Target{Database: "sqlite", Where: strings.TrimPrefix(base, "file:")},
+		// Connections cost nothing to keep, and an in-memory database
+		// lives only while one of them is open: keep them all.
+		Pool:   PoolSettings{MaxIdleConns: 32},
+		Target: Target{Database: "sqlite", Where: strings.TrimPrefix(base, "file:")},
 	}, nil
 }
 
