@@ -39,6 +39,7 @@ const (
 	envExpire     = "SQLELECT_CHAOS_EXPIRE"
 	envInterval   = "SQLELECT_CHAOS_INTERVAL"
 	envUnfenced   = "SQLELECT_CHAOS_UNFENCED" // "1": leaders write without Guard
+	envUntil      = "SQLELECT_CHAOS_UNTIL"    // RFC 3339: the end of the run, the bound of retries at start
 )
 
 // event is one line a child writes to its stdout for the parent.
@@ -89,6 +90,7 @@ type childConfig struct {
 	expire     time.Duration
 	interval   time.Duration
 	unfenced   bool
+	until      time.Time
 }
 
 func childConfigFromEnv() (childConfig, error) {
@@ -103,6 +105,9 @@ func childConfigFromEnv() (childConfig, error) {
 	}
 	if c.interval, err = time.ParseDuration(os.Getenv(envInterval)); err != nil {
 		return c, fmt.Errorf("%s: %w", envInterval, err)
+	}
+	if c.until, err = time.Parse(time.RFC3339Nano, os.Getenv(envUntil)); err != nil {
+		return c, fmt.Errorf("%s: %w", envUntil, err)
 	}
 	return c, nil
 }
@@ -136,9 +141,18 @@ func child() error {
 			elections.Add(1)
 		}
 	}
-	db, err := openRetrying(ctx, c.dsn, counter, sigs)
-	if err != nil {
+	// A process may start while its connection is cut or the server
+	// restarts: it retries until the end of the run rather than count as
+	// a crash. Stopped meanwhile, it exits quietly.
+	var db *gorm.DB
+	if stopped := retryUntil(ctx, c.until, sigs, "opening the database", func() (err error) {
+		db, err = session.OpenWrapped(c.dsn, counter.Wrap, &gorm.Config{Logger: logger.Discard})
+		if errors.Is(err, session.ErrDSN) {
+			return permanent{err}
+		}
 		return err
+	}); stopped != nil {
+		return ignoreStop(stopped)
 	}
 	defer func() {
 		if sqlDB, err := db.DB(); err == nil {
@@ -169,13 +183,19 @@ func child() error {
 		return now.Time
 	}
 	for _, ns := range c.namespaces {
-		e, err := election.New(db, election.WithNamespace(ns), election.WithExpire(c.expire), election.WithLogger(logger))
-		if err != nil {
+		var (
+			e     *election.Election
+			fence *electiontest.Fence
+		)
+		if stopped := retryUntil(ctx, c.until, sigs, "joining "+ns, func() (err error) {
+			e, err = election.New(db, election.WithNamespace(ns), election.WithExpire(c.expire), election.WithLogger(logger))
+			if err != nil {
+				return err
+			}
+			fence, err = electiontest.NewFence(ctx, db, e, nil)
 			return err
-		}
-		fence, err := electiontest.NewFence(ctx, db, e, nil)
-		if err != nil {
-			return err
+		}); stopped != nil {
+			return ignoreStop(stopped)
 		}
 		go watch(ctx, e, fmt.Sprintf("%s/%s/watch", c.name, ns), c.interval, out)
 		for i := 0; i < c.electors; i++ {
@@ -235,24 +255,53 @@ func child() error {
 	}
 }
 
-// openRetrying opens the database, retrying while it is away (a restart or
-// a cut connection) for up to two minutes.
-func openRetrying(ctx context.Context, dsn string, counter *rtcount.Counter, sigs <-chan os.Signal) (*gorm.DB, error) {
-	deadline := time.Now().Add(2 * time.Minute)
+// errStopped is returned by retryUntil when the parent stopped the process.
+var errStopped = errors.New("stopped before the database answered")
+
+// permanent marks an error that retrying cannot mend.
+type permanent struct{ error }
+
+func (p permanent) Unwrap() error { return p.error }
+
+// ignoreStop turns a stop requested by the parent into a quiet exit.
+func ignoreStop(err error) error {
+	if errors.Is(err, errStopped) {
+		return nil
+	}
+	return err
+}
+
+// retryUntil calls fn until it succeeds, returns a permanent error, or until
+// passes, pausing a little between calls. A SIGTERM or SIGINT meanwhile ends
+// it with errStopped; a SIGUSR1 (resign one leader) has nothing to act on
+// yet and is ignored.
+func retryUntil(ctx context.Context, until time.Time, sigs <-chan os.Signal, what string, fn func() error) error {
 	for {
-		db, err := session.OpenWrapped(dsn, counter.Wrap, &gorm.Config{Logger: logger.Discard})
-		if err == nil {
-			return db, nil
+		err := fn()
+		var p permanent
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &p):
+			return p.error
+		case time.Now().After(until):
+			return fmt.Errorf("%s: still failing at the end of the run: %w", what, err)
 		}
-		if time.Now().After(deadline) || errors.Is(err, session.ErrDSN) {
-			return nil, err
-		}
-		select {
-		case <-sigs:
-			return nil, errors.New("stopped before the database answered")
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
+		t := time.NewTimer(200 * time.Millisecond)
+	wait:
+		for {
+			select {
+			case sig := <-sigs:
+				if sig != syscall.SIGUSR1 {
+					t.Stop()
+					return errStopped
+				}
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-t.C:
+				break wait
+			}
 		}
 	}
 }

@@ -45,9 +45,26 @@ type summary struct {
 	procs       int
 	electors    int
 	namespaces  int
+	// expected is how many elections the Electors would have made had
+	// every round come at its interval, over the time each process ran.
+	expected float64
+	minRate  float64  // the least elections/expected that passes
+	slow     []string // processes whose rounds ran far below their interval's rate
 }
 
-func (s summary) ok() bool { return s.result.OK() && s.crashes == 0 && s.elections > 0 }
+// rate is the elections made as a fraction of the expected.
+func (s summary) rate() float64 {
+	if s.expected <= 0 {
+		return 0
+	}
+	return float64(s.elections) / s.expected
+}
+
+// stalled reports whether rounds ran too far below the interval's rate for
+// the run to mean anything: few elections are few chances to overlap.
+func (s summary) stalled() bool { return s.rate() < s.minRate }
+
+func (s summary) ok() bool { return s.result.OK() && s.crashes == 0 && s.elections > 0 && !s.stalled() }
 
 // String is the one summary line of the database.
 func (s summary) String() string {
@@ -64,12 +81,20 @@ func (s summary) String() string {
 		verdict = "FAIL"
 	}
 	r := s.result
-	return fmt.Sprintf("%s: %s in %v: elections=%d terms=%d faults=%d (%s) overlapping-terms=%d stale-writes=%d "+
+	line := fmt.Sprintf("%s: %s in %v: elections=%d (%.0f%% of the interval's rate) terms=%d faults=%d (%s) overlapping-terms=%d stale-writes=%d "+
 		"split-terms=%d terms-backwards=%d foreign-writes=%d crashes=%d fenced-writes=%d observations=%d namespaces=%d processes=%d electors-per-process=%d process-errors=%d",
-		s.db, verdict, s.duration.Round(time.Second), s.elections, s.terms, total, strings.Join(f, " "),
+		s.db, verdict, s.duration.Round(time.Second), s.elections, 100*s.rate(), s.terms, total, strings.Join(f, " "),
 		r.Count(electiontest.Overlap), r.Count(electiontest.StaleWrite), r.Count(electiontest.SplitTerm),
 		r.Count(electiontest.Backwards), r.Count(electiontest.ForeignWrite), s.crashes, r.Writes, r.Observations,
 		s.namespaces, s.procs, s.electors, s.childErrors)
+	if s.stalled() {
+		line += fmt.Sprintf("; STALLED: %d elections where the Electors' interval makes %.0f, %.0f%% (at least %.0f%% needed)",
+			s.elections, s.expected, 100*s.rate(), 100*s.minRate)
+	}
+	if len(s.slow) > 0 {
+		line += "; slow processes: " + strings.Join(s.slow, ", ")
+	}
+	return line
 }
 
 // proc is one child process.
@@ -80,8 +105,11 @@ type proc struct {
 	done      chan struct{} // closed when the process has exited and its output is read
 	ready     chan struct{}
 	elections atomic.Int64
-	expected  atomic.Bool // the parent stopped it (SIGKILL, SIGTERM)
-	stderr    *tailBuffer
+	// readyAt and exitAt bound the time its Electors ran (guarded by
+	// soaker.mu; exitAt is zero while it runs).
+	readyAt, exitAt time.Time
+	expected        atomic.Bool // the parent stopped it (SIGKILL, SIGTERM)
+	stderr          *tailBuffer
 }
 
 // soaker runs one database's soak.
@@ -91,6 +119,7 @@ type soaker struct {
 	dsn     string
 	rng     *mrand.Rand
 	self    string
+	until   time.Time // the end of the run: children retry their start until then
 	ns      []string
 	rec     *electiontest.Recorder
 	proxies []*faultproxy.Proxy // per slot; nil for SQLite
@@ -119,7 +148,8 @@ func soak(ctx context.Context, o options, name, dsn string, seed uint64) (summar
 		return summary{}, err
 	}
 	s := &soaker{o: o, name: name, dsn: dsn, rng: mrand.New(mrand.NewPCG(seed, seed>>1|1)), self: self,
-		rec: electiontest.NewRecorder(), faults: map[string]int{}, leading: map[string]leader{}, windows: map[string]electiontest.Release{}}
+		until: time.Now().Add(o.duration + time.Minute),
+		rec:   electiontest.NewRecorder(), faults: map[string]int{}, leading: map[string]leader{}, windows: map[string]electiontest.Release{}}
 	admin, err := session.Open(dsn, &gorm.Config{Logger: logger.Discard})
 	if err != nil {
 		return summary{}, err
@@ -182,9 +212,7 @@ func soak(ctx context.Context, o options, name, dsn string, seed uint64) (summar
 	if err := s.loadFromDatabase(ctx, &sum); err != nil {
 		return summary{}, err
 	}
-	for _, p := range s.procs {
-		sum.elections += p.elections.Load()
-	}
+	s.rates(&sum, time.Now())
 	sum.childErrors = s.childErrors
 	sum.crashes = s.crashes
 	if sum.elections == 0 {
@@ -201,6 +229,43 @@ func soak(ctx context.Context, o options, name, dsn string, seed uint64) (summar
 		}
 	}
 	return sum, nil
+}
+
+// Thresholds of the rate check. Waits between rounds are 0.8 to 1 interval
+// long, so a healthy process makes a little more than one round per
+// interval and Elector; faults (pauses, cuts, kills, restarts) take some of
+// that away. Under a quarter of it, the soak stalled.
+const (
+	minRateFraction = 0.25
+	// slowAfter is how long a process must have run for its own rate to
+	// be judged.
+	slowAfter = 5 * time.Second
+)
+
+// rates adds up each process's elections and what its interval would have
+// made over the time it ran, and lists the processes that ran far below it.
+func (s *soaker) rates(sum *summary, now time.Time) {
+	perSecond := float64(s.o.namespaces*s.o.electors) / s.o.interval.Seconds()
+	sum.minRate = minRateFraction
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range s.procs {
+		n := p.elections.Load()
+		sum.elections += n
+		if p.readyAt.IsZero() {
+			continue
+		}
+		end := p.exitAt
+		if end.IsZero() {
+			end = now
+		}
+		ran := end.Sub(p.readyAt)
+		want := perSecond * ran.Seconds()
+		sum.expected += want
+		if ran >= slowAfter && float64(n) < minRateFraction*want {
+			sum.slow = append(sum.slow, fmt.Sprintf("%s %.0f%% over %v", p.name, 100*float64(n)/want, ran.Round(time.Second)))
+		}
+	}
 }
 
 func closeDB(db *gorm.DB) {
@@ -278,6 +343,7 @@ func (s *soaker) start(slot int) error {
 		envElectors+"="+fmt.Sprint(s.o.electors),
 		envExpire+"="+s.o.expire.String(),
 		envInterval+"="+s.o.interval.String(),
+		envUntil+"="+s.until.Format(time.RFC3339Nano),
 	)
 	if s.o.unfenced {
 		cmd.Env = append(cmd.Env, envUnfenced+"=1")
@@ -356,7 +422,12 @@ func (s *soaker) read(p *proc, r io.Reader) {
 		case "count":
 			p.elections.Store(ev.Elections)
 		case "ready":
-			readyOnce.Do(func() { close(p.ready) })
+			readyOnce.Do(func() {
+				s.mu.Lock()
+				p.readyAt = time.Now()
+				s.mu.Unlock()
+				close(p.ready)
+			})
 		case "err":
 			s.mu.Lock()
 			s.childErrors++
@@ -367,6 +438,9 @@ func (s *soaker) read(p *proc, r io.Reader) {
 		}
 	}
 	err := p.cmd.Wait()
+	s.mu.Lock()
+	p.exitAt = time.Now()
+	s.mu.Unlock()
 	if !p.expected.Load() {
 		// Nobody stopped it: a crash, which the run reports as a failure.
 		s.mu.Lock()
