@@ -32,11 +32,11 @@
 //
 // The short run CI makes (about two minutes per database):
 //
-//	go run ./cmd/sqlelect-chaos -db all -duration 2m
+//	go run ./internal/cmd/sqlelect-chaos -db all -duration 2m
 //
 // A long run:
 //
-//	go run ./cmd/sqlelect-chaos -db all -duration 10m -procs 4 -namespaces 4 -electors 3 -expire 300ms -interval 50ms
+//	go run ./internal/cmd/sqlelect-chaos -db all -duration 10m -procs 4 -namespaces 4 -electors 3 -expire 300ms -interval 50ms
 //
 // Releases are recorded twice: the lease an Elector knows it gives up, and
 // a window of the database clock in which whatever its candidate holds is

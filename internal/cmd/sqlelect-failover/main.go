@@ -19,8 +19,8 @@
 // reads it, so both ends of every measurement come from one monotonic clock.
 // The stopped process is restarted after each trial, so -procs stay alive.
 //
-//	go run ./cmd/sqlelect-failover -trials 20
-//	go run ./cmd/sqlelect-failover -db postgres -postgres 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'
+//	go run ./internal/cmd/sqlelect-failover -trials 20
+//	go run ./internal/cmd/sqlelect-failover -db postgres -postgres 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'
 //
 // The server databases default to $SQLELECT_POSTGRES_DSN and
 // $SQLELECT_MYSQL_DSN; SQLite runs on a new file in a temporary directory.
