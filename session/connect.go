@@ -5,7 +5,6 @@ import (
 	"database/sql/driver"
 	"errors"
 	"io"
-	"slices"
 	"sync"
 	"time"
 )
@@ -119,26 +118,22 @@ func (c *patientConnector) Connect(ctx context.Context) (driver.Conn, error) {
 // takeSpare returns the newest spare connection that is fresh and valid,
 // and closes those that are not.
 func (c *patientConnector) takeSpare() driver.Conn {
+	c.dropStale()
 	c.mu.Lock()
 	var got driver.Conn
-	var drop []driver.Conn
-	kept := make([]spare, 0, len(c.spares))
-	for i := len(c.spares) - 1; i >= 0; i-- { // newest first
-		s := c.spares[i]
-		switch {
-		case time.Since(s.at) > spareMaxAge || !valid(s.conn):
-			drop = append(drop, s.conn)
-		case got == nil:
+	var invalid []driver.Conn
+	for got == nil && len(c.spares) > 0 {
+		s := c.spares[len(c.spares)-1]
+		c.spares = c.spares[:len(c.spares)-1]
+		if valid(s.conn) {
 			got = s.conn
-		default:
-			kept = append(kept, s)
+		} else {
+			invalid = append(invalid, s.conn)
 		}
 	}
-	slices.Reverse(kept) // oldest first again
-	c.spares = kept
 	c.mu.Unlock()
-	for _, d := range drop {
-		d.Close()
+	for _, conn := range invalid {
+		conn.Close()
 	}
 	return got
 }
