@@ -39,6 +39,10 @@ type spare struct {
 type patientConnector struct {
 	inner driver.Connector
 
+	// closing ends every attempt still under way when the pool closes.
+	closing context.Context
+	close   context.CancelFunc
+
 	mu     sync.Mutex
 	spares []spare
 	closed bool
@@ -46,7 +50,9 @@ type patientConnector struct {
 }
 
 func newPatientConnector(inner driver.Connector) *patientConnector {
-	return &patientConnector{inner: inner}
+	c := &patientConnector{inner: inner}
+	c.closing, c.close = context.WithCancel(context.Background())
+	return c
 }
 
 func (c *patientConnector) Driver() driver.Driver { return c.inner.Driver() }
@@ -78,6 +84,7 @@ func (c *patientConnector) Connect(ctx context.Context) (driver.Conn, error) {
 		defer c.wg.Done()
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), connectTimeout)
 		defer cancel()
+		defer context.AfterFunc(c.closing, cancel)()
 		conn, err := c.inner.Connect(actx)
 		c.mu.Lock()
 		if abandoned {
@@ -164,10 +171,11 @@ func valid(conn driver.Conn) bool {
 	return true
 }
 
-// Close closes the spare connections and, as sql.DB.Close would have done,
-// the inner connector if it can be closed. Attempts still under way close
-// their connection when they finish.
+// Close closes the spare connections, ends the attempts still under way
+// and, as sql.DB.Close would have done, closes the inner connector if it
+// can be closed.
 func (c *patientConnector) Close() error {
+	c.close()
 	c.mu.Lock()
 	c.closed = true
 	spares := c.spares
