@@ -2,10 +2,16 @@
 # the database-backed parts against PostgreSQL and MySQL/MariaDB too.
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: test lint bench fuzz tidy-check ci
+.PHONY: test nocgo lint bench fuzz tidy-check ci
 
 test:
 	go test -race -count=1 ./...
+
+# Everything builds without cgo; SQLite then reports that it needs it.
+nocgo:
+	CGO_ENABLED=0 go build ./...
+	CGO_ENABLED=0 go vet ./...
+	CGO_ENABLED=0 go test -count=1 -run 'Cgo|SQLiteAvailability' ./internal/dialect/ ./session/ ./election/
 
 lint:
 	gofmt -l . | tee /dev/stderr | (! read)

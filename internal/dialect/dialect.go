@@ -112,6 +112,11 @@ type Dialect interface {
 // configured in a way that breaks elections under contention.
 var ErrUnsafeSettings = errors.New("unsafe database settings")
 
+// ErrSQLiteNeedsCgo is returned for SQLite by a program built with
+// CGO_ENABLED=0: mattn/go-sqlite3 is written in C and is then only a stub.
+var ErrSQLiteNeedsCgo = errors.New("sqlite needs cgo: this program was built with CGO_ENABLED=0, " +
+	"where mattn/go-sqlite3 is only a stub; build it with CGO_ENABLED=1 and a C compiler to use SQLite")
+
 // Direct returns conn without GORM's prepared-statement cache (a handle
 // opened with gorm.Config{PrepareStmt: true}): the cache answers a failed
 // prepare (a missing table, an unknown variable, a cancelled context) from

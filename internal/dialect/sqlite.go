@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	sqlite3 "github.com/mattn/go-sqlite3"
 	gormsqlite "gorm.io/driver/sqlite"
 	"gorm.io/gorm"
 )
 
-// sqlite is SQLite through mattn/go-sqlite3. It has no row locks: elections
+// sqlite is SQLite through mattn/go-sqlite3, which works only in programs
+// built with cgo (sqlite_cgo.go; sqlite_nocgo.go says so). It has no row locks: elections
 // are serialized by the database's single write lock. Timestamps are stored
 // as fixed-width UTC text with six fractional digits, so that comparing them
 // as text orders them in time; the clock itself ticks in milliseconds.
@@ -95,25 +95,19 @@ func (d sqlite) Renew(ctx context.Context, conn gorm.ConnPool, ns string, id uui
 }
 
 func (sqlite) Classify(err error) Class {
-	var se sqlite3.Error
-	if !errors.As(err, &se) {
-		if err != nil && strings.Contains(err.Error(), "no such table") {
-			return MissingTable
-		}
-		return Other
+	if c, ok := classifySQLite(err); ok {
+		return c
 	}
-	switch {
-	case se.Code == sqlite3.ErrBusy || se.Code == sqlite3.ErrLocked:
-		return Transient
-	case se.ExtendedCode == sqlite3.ErrConstraintPrimaryKey || se.ExtendedCode == sqlite3.ErrConstraintUnique:
-		return Duplicate
-	case strings.Contains(se.Error(), "no such table"):
+	if err != nil && strings.Contains(err.Error(), "no such table") {
 		return MissingTable
 	}
 	return Other
 }
 
 func (sqlite) Check(ctx context.Context, db *gorm.DB) (*sql.TxOptions, error) {
+	if err := sqliteAvailable(); err != nil {
+		return nil, err
+	}
 	var mode string
 	if err := db.WithContext(ctx).Raw("PRAGMA journal_mode").Row().Scan(&mode); err != nil {
 		return nil, err
@@ -151,6 +145,9 @@ func (sqlite) LockMigrations(ctx context.Context, conn *sql.Conn) (func(bool) er
 }
 
 func openSQLite(path string) (Opened, error) {
+	if err := sqliteAvailable(); err != nil {
+		return Opened{}, err
+	}
 	if path == "" {
 		return Opened{}, fmt.Errorf("%w: sqlite needs a file path", ErrDSN)
 	}

@@ -1,0 +1,34 @@
+//go:build cgo
+
+package dialect
+
+import (
+	"errors"
+	"strings"
+
+	sqlite3 "github.com/mattn/go-sqlite3"
+)
+
+// sqliteAvailable reports nil: mattn/go-sqlite3 is compiled in.
+func sqliteAvailable() error { return nil }
+
+// classifySQLite sorts errors of mattn/go-sqlite3 by their result code; ok
+// is false for errors that do not come from it.
+func classifySQLite(err error) (c Class, ok bool) {
+	var se sqlite3.Error
+	if !errors.As(err, &se) {
+		return Other, false
+	}
+	switch {
+	case se.Code == sqlite3.ErrBusy || se.Code == sqlite3.ErrLocked:
+		return Transient, true
+	case se.ExtendedCode == sqlite3.ErrConstraintPrimaryKey || se.ExtendedCode == sqlite3.ErrConstraintUnique:
+		return Duplicate, true
+	case strings.Contains(se.Error(), "no such table"):
+		return MissingTable, true
+	}
+	return Other, true
+}
+
+// cgoEnabled is true in builds with cgo (for tests).
+const cgoEnabled = true
