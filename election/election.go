@@ -12,10 +12,9 @@ import (
 
 	"github.com/google/uuid"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/sqlelect/sqlelect/internal/dialect"
-	"github.com/sqlelect/sqlelect/session"
+	"github.com/sqlelect/sqlelect/internal/gormx"
 )
 
 // Lease is the state of a namespace's leadership seat as one call saw it.
@@ -89,7 +88,7 @@ func New(db *gorm.DB, opts ...Option) (*Election, error) {
 	if db == nil || db.Statement == nil || db.Dialector == nil {
 		return nil, fmt.Errorf("%w: nil database", ErrInvalidOption)
 	}
-	if session.InTransaction(db) {
+	if gormx.InTransaction(db) {
 		return nil, fmt.Errorf("%w: New needs a database handle, not a transaction; pass transactions to calls with WithTx", ErrInvalidOption)
 	}
 	d, err := dialect.For(db)
@@ -98,12 +97,10 @@ func New(db *gorm.DB, opts ...Option) (*Election, error) {
 	}
 	// A session of our own: the caller's *gorm.DB and its Config stay as
 	// they were. Statements go straight to the pool, so GORM's logger would
-	// see nothing but what Check runs.
-	own := db.Session(&gorm.Session{NewDB: true, Logger: logger.Discard, Context: context.Background()})
-	// The Context makes the session's Statement a copy, so this changes
-	// only ours: statements skip GORM's prepared-statement cache, which
-	// turns errors such as a missing table into a panic.
-	own.Statement.ConnPool = dialect.Direct(own.Statement.ConnPool)
+	// see nothing but what Check runs; and they skip GORM's
+	// prepared-statement cache, which turns errors such as a missing table
+	// into a panic.
+	own := gormx.Quiet(db)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	txOpts, err := d.Check(ctx, own)
@@ -212,13 +209,13 @@ func (e *Election) do(ctx context.Context, op string, opts []CallOption, inTx bo
 		return cc.err
 	}
 	if cc.tx != nil {
-		if !session.InTransaction(cc.tx) {
+		if !gormx.InTransaction(cc.tx) {
 			return fmt.Errorf("%w: WithTx needs a handle inside a transaction (from db.Begin, db.Transaction or session.FromTx)", ErrInvalidOption)
 		}
 		if cc.tx.Dialector == nil || cc.tx.Dialector.Name() != e.db.Dialector.Name() {
 			return fmt.Errorf("%w: WithTx transaction is not on a %s database", ErrInvalidOption, e.d.Name())
 		}
-		return e.wrap(ctx, op, fn(dialect.Direct(cc.tx.Statement.ConnPool), true), true)
+		return e.wrap(ctx, op, fn(gormx.Direct(cc.tx.Statement.ConnPool), true), true)
 	}
 	backoff := firstBackoff
 	for attempt := 1; ; attempt++ {

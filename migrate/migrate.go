@@ -29,6 +29,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/sqlelect/sqlelect/internal/dialect"
+	"github.com/sqlelect/sqlelect/internal/gormx"
 )
 
 //go:embed sql
@@ -173,7 +174,7 @@ func run(ctx context.Context, db *gorm.DB, fn func(context.Context, *sql.Conn, m
 	if db == nil || db.Statement == nil {
 		return ErrNoDatabase
 	}
-	if _, inTx := db.Statement.ConnPool.(gorm.TxCommitter); inTx {
+	if gormx.InTransaction(db) {
 		return ErrNoDatabase
 	}
 	d, err := dialect.For(db)

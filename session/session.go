@@ -22,6 +22,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/sqlelect/sqlelect/internal/dialect"
+	"github.com/sqlelect/sqlelect/internal/gormx"
 )
 
 // ErrDSN is wrapped by errors about a DSN that cannot be understood.
@@ -84,7 +85,7 @@ func open(dsn string, wrap func(driver.Connector) driver.Connector, opts []gorm.
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
 	defer cancel()
-	if _, err := o.Dialect.Check(ctx, quiet(db)); err != nil {
+	if _, err := o.Dialect.Check(ctx, gormx.Quiet(db)); err != nil {
 		sqlDB.Close()
 		return nil, fmt.Errorf("session: %s: %s", o.Target, o.Target.Scrub(err.Error()))
 	}
@@ -193,7 +194,7 @@ func Wrap(sqlDB *sql.DB, opts ...gorm.Option) (*gorm.DB, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
 	defer cancel()
-	if _, err := d.Check(ctx, quiet(db)); err != nil {
+	if _, err := d.Check(ctx, gormx.Quiet(db)); err != nil {
 		return nil, fmt.Errorf("session: %w", err)
 	}
 	return db, nil
@@ -225,23 +226,7 @@ func FromTx(db *gorm.DB, tx *sql.Tx) (*gorm.DB, error) {
 }
 
 // InTransaction reports whether db runs its statements in a transaction.
-func InTransaction(db *gorm.DB) bool {
-	if db == nil || db.Statement == nil {
-		return false
-	}
-	c, ok := db.Statement.ConnPool.(gorm.TxCommitter)
-	if !ok {
-		return false
-	}
-	// A nil pointer in a non-nil interface is not a transaction.
-	switch t := c.(type) {
-	case *sql.Tx:
-		return t != nil
-	case *gorm.PreparedStmtTX:
-		return t != nil && t.Tx != nil
-	}
-	return c != nil
-}
+func InTransaction(db *gorm.DB) bool { return gormx.InTransaction(db) }
 
 // Transaction runs fn in db's transaction when db is in one, and otherwise
 // in a new transaction that it commits when fn returns nil and rolls back
@@ -255,16 +240,4 @@ func Transaction(ctx context.Context, db *gorm.DB, opts *sql.TxOptions, fn func(
 		return db.WithContext(ctx).Transaction(fn)
 	}
 	return db.WithContext(ctx).Transaction(fn, opts)
-}
-
-// quiet returns a session of db that logs nothing: settings probes may fail
-// on purpose (a variable one server version lacks) and are not the
-// application's queries.
-func quiet(db *gorm.DB) *gorm.DB {
-	// With a Context the session's Statement is a copy, so the caller's
-	// handle keeps its prepared-statement cache; the probes skip it, since it
-	// turns a failed statement into a panic.
-	s := db.Session(&gorm.Session{NewDB: true, Logger: logger.Discard, Context: context.Background()})
-	s.Statement.ConnPool = dialect.Direct(s.Statement.ConnPool)
-	return s
 }

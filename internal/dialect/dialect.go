@@ -117,25 +117,6 @@ var ErrUnsafeSettings = errors.New("unsafe database settings")
 var ErrSQLiteNeedsCgo = errors.New("sqlite needs cgo: this program was built with CGO_ENABLED=0, " +
 	"where mattn/go-sqlite3 is only a stub; build it with CGO_ENABLED=1 and a C compiler to use SQLite")
 
-// Direct returns conn without GORM's prepared-statement cache (a handle
-// opened with gorm.Config{PrepareStmt: true}): the cache answers a failed
-// prepare (a missing table, an unknown variable, a cancelled context) from
-// QueryRowContext with an empty *sql.Row whose Scan panics, where the pool
-// or transaction underneath returns the error.
-func Direct(conn gorm.ConnPool) gorm.ConnPool {
-	switch p := conn.(type) {
-	case *gorm.PreparedStmtDB:
-		if p != nil && p.ConnPool != nil {
-			return p.ConnPool
-		}
-	case *gorm.PreparedStmtTX:
-		if p != nil && p.Tx != nil {
-			return p.Tx
-		}
-	}
-	return conn
-}
-
 // For returns the dialect of db, chosen once by the GORM dialector's name.
 func For(db *gorm.DB) (Dialect, error) {
 	if db == nil || db.Dialector == nil {
