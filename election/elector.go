@@ -168,9 +168,8 @@ type roundReport struct {
 
 // leadership is one stretch of leading, from start to stop.
 type leadership struct {
-	lease  Lease // ExpiresAt follows renewals (under Elector.mu)
-	ctx    context.Context
-	cancel context.CancelFunc
+	lease  Lease              // ExpiresAt follows renewals (under Elector.mu)
+	cancel context.CancelFunc // cancels the context of the leader's work
 }
 
 type resignRequest struct {
@@ -557,7 +556,7 @@ func (el *Elector) lead(ctx context.Context, l Lease, trusted time.Time, cause r
 		el.stopLocked("a new term began")
 	}
 	lctx, cancel := context.WithCancel(ctx)
-	cur := &leadership{lease: l, ctx: lctx, cancel: cancel}
+	cur := &leadership{lease: l, cancel: cancel}
 	el.cur, el.trusted = cur, trusted
 	el.kickWatch()
 	el.log.Info("election: leading", "term", l.Term, "lease_expires_at", l.ExpiresAt, "round", cause.String())

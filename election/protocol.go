@@ -103,9 +103,6 @@ func (e *Election) Elect(ctx context.Context, id uuid.UUID, opts ...CallOption) 
 // a seat that had been held before (not created, not renewed).
 func (e *Election) elect(ctx context.Context, conn gorm.ConnPool, id uuid.UUID) (_ Lease, tookOver bool, _ error) {
 	for attempt := 0; attempt < 2; attempt++ {
-		if err := e.d.TakeWriteLock(ctx, conn, e.namespace); err != nil {
-			return Lease{}, false, err
-		}
 		s, err := e.readSeat(ctx, conn, dialect.UpdateLock)
 		if err != nil {
 			return Lease{}, false, err

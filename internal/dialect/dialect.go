@@ -35,8 +35,6 @@ type Class int
 const (
 	// Other is any error the library does not treat specially.
 	Other Class = iota
-	// Duplicate is a unique-key violation.
-	Duplicate
 	// Transient is a deadlock, serialization failure, lock timeout or busy
 	// database: the transaction can be retried from its start.
 	Transient
@@ -85,10 +83,6 @@ type Dialect interface {
 	// after the lock was granted. With UpdateLock, a dialect without row locks
 	// may create the missing row, vacant with term 0, to take its lock.
 	SelectLeader(lock Lock) string
-	// TakeWriteLock makes sure the current transaction holds whatever lock
-	// serializes elections (SQLite's database write lock); a no-op where
-	// SelectLeader's row lock does it.
-	TakeWriteLock(ctx context.Context, conn gorm.ConnPool, namespace string) error
 	// Renew renews in one statement a lease the candidate holds with the given
 	// term, and refreshes its candidate row. ok is false when the lease is not
 	// held with that term or has expired; nothing is changed then.

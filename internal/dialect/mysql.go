@@ -48,8 +48,6 @@ func (mysql) SelectLeader(lock Lock) string {
 		"LEFT JOIN election_leaders l ON l.namespace = ?" + suffix
 }
 
-func (mysql) TakeWriteLock(context.Context, gorm.ConnPool, string) error { return nil }
-
 // myRenew renews the lease and refreshes the candidate row in one statement.
 // The new expiry, as microseconds since the epoch, travels back in the OK
 // packet through LAST_INSERT_ID(expr), saving the round trip a read would
@@ -93,8 +91,6 @@ func (mysql) Classify(err error) Class {
 		return Other
 	}
 	switch me.Number {
-	case 1062:
-		return Duplicate
 	case 1213, 1205, 1020:
 		return Transient
 	case 1146:

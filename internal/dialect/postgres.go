@@ -55,8 +55,6 @@ func (postgres) SelectLeader(lock Lock) string {
 		"SELECT clock_timestamp(), l.leader_id, l.term, l.lease_expires_at, l.acquired_at FROM (SELECT 1) d LEFT JOIN l ON true"
 }
 
-func (postgres) TakeWriteLock(context.Context, gorm.ConnPool, string) error { return nil }
-
 // pgRenew renews the lease and refreshes the candidate row in one statement,
 // from one reading of the clock taken after the row lock: the candidate's
 // heartbeat is the lease's updated_at and both expire together.
@@ -91,8 +89,6 @@ func (postgres) Classify(err error) Class {
 		return Other
 	}
 	switch pe.Code {
-	case "23505":
-		return Duplicate
 	case "40001", "40P01", "55P03":
 		return Transient
 	case "42P01":

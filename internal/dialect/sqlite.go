@@ -67,10 +67,6 @@ func (sqlite) SelectLeader(lock Lock) string {
 		"LEFT JOIN election_leaders l ON l.namespace = ?"
 }
 
-// TakeWriteLock has nothing to do: SelectLeader(UpdateLock) takes the write
-// lock.
-func (sqlite) TakeWriteLock(context.Context, gorm.ConnPool, string) error { return nil }
-
 func (d sqlite) Renew(ctx context.Context, conn gorm.ConnPool, ns string, id uuid.UUID, term int64, expire time.Duration) (Renewed, bool, error) {
 	var exp Time
 	err := conn.QueryRowContext(ctx,

@@ -22,8 +22,6 @@ func classifySQLite(err error) (c Class, ok bool) {
 	switch {
 	case se.Code == sqlite3.ErrBusy || se.Code == sqlite3.ErrLocked:
 		return Transient, true
-	case se.ExtendedCode == sqlite3.ErrConstraintPrimaryKey || se.ExtendedCode == sqlite3.ErrConstraintUnique:
-		return Duplicate, true
 	case strings.Contains(se.Error(), "no such table"):
 		return MissingTable, true
 	}
