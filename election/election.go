@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -181,12 +180,11 @@ func buildQueries(d dialect.Dialect) queries {
 	return q
 }
 
-// Retry policy for transient conflicts in transactions the library owns.
-const (
-	maxAttempts  = 12
-	firstBackoff = 2 * time.Millisecond
-	maxBackoff   = 250 * time.Millisecond
-)
+// Retry policy for transient conflicts in transactions the library owns:
+// at most maxAttempts attempts, waits from 2 ms doubling up to 250 ms, ±50%.
+const maxAttempts = 12
+
+var conflictBackoff = backoff{first: 2 * time.Millisecond, max: 250 * time.Millisecond, jitter: 0.5}
 
 // do runs fn once in the caller's transaction (WithTx), or in a connection
 // or transaction of its own (inTx) with bounded retries of transient
@@ -217,7 +215,6 @@ func (e *Election) do(ctx context.Context, op string, opts []CallOption, inTx bo
 		}
 		return e.wrap(ctx, op, fn(gormx.Direct(cc.tx.Statement.ConnPool), true), true)
 	}
-	backoff := firstBackoff
 	for attempt := 1; ; attempt++ {
 		err := e.once(ctx, inTx, fn)
 		if err == nil {
@@ -226,16 +223,10 @@ func (e *Election) do(ctx context.Context, op string, opts []CallOption, inTx bo
 		if e.d.Classify(err) != dialect.Transient || attempt == maxAttempts || ctx.Err() != nil {
 			return e.wrap(ctx, op, err, false)
 		}
-		sleep := backoff/2 + rand.N(backoff)
 		e.log.Debug("election: retrying after a transient conflict", "op", op, "attempt", attempt, "err", err)
-		t := time.NewTimer(sleep)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !pause(ctx, conflictBackoff.wait(attempt)) {
 			return e.wrap(ctx, op, err, false)
-		case <-t.C:
 		}
-		backoff = min(2*backoff, maxBackoff)
 	}
 }
 

@@ -634,15 +634,10 @@ func (el *Elector) jitter(d time.Duration) time.Duration {
 }
 
 // retryWait is the backoff after failures consecutive failed rounds:
-// Interval/8 doubling up to Interval, ±20%.
+// Interval/8 (at least 1 ms) doubling up to Interval, ±20%.
 func (el *Elector) retryWait(failures int) time.Duration {
-	d := max(el.cfg.Interval/8, time.Millisecond)
-	for i := 1; i < failures && d < el.cfg.Interval; i++ {
-		d *= 2
-	}
-	d = min(d, el.cfg.Interval)
-	spread := 2 * d / 5
-	return d - spread/2 + rand.N(spread+1)
+	b := backoff{first: max(el.cfg.Interval/8, time.Millisecond), max: el.cfg.Interval, jitter: 0.2}
+	return b.wait(failures)
 }
 
 // dispatcher runs callbacks in order on one goroutine.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -33,11 +32,9 @@ import (
 // handoffChannel is the PostgreSQL notification channel of every namespace.
 const handoffChannel = "sqlelect_handoff"
 
-// Listener reconnection backoff.
-const (
-	listenFirstBackoff = 100 * time.Millisecond
-	listenMaxBackoff   = 5 * time.Second
-)
+// listenBackoff spaces the listener's reconnections: from 100 ms doubling
+// up to 5 s, ±50%.
+var listenBackoff = backoff{first: 100 * time.Millisecond, max: 5 * time.Second, jitter: 0.5}
 
 // minListenPool is the smallest limit on open connections for which a hub
 // takes one of the pool's connections to listen.
@@ -188,7 +185,7 @@ func leaveHub(el *Elector, h *hub) {
 // backoff, until ctx ends.
 func (h *hub) listen(ctx context.Context, k hubKey, n dialect.Notifier, pool *sql.DB, e *Election) {
 	defer close(h.done)
-	backoff := listenFirstBackoff
+	failures := 0 // since the last successful subscription
 	connected := false
 	for {
 		err := n.Listen(ctx, pool, handoffChannel,
@@ -199,7 +196,7 @@ func (h *hub) listen(ctx context.Context, k hubKey, n dialect.Notifier, pool *sq
 					wakeHub(k, wakeNotify, uuid.Nil)
 				}
 				connected = true
-				backoff = listenFirstBackoff
+				failures = 0
 				h.setListening(true)
 			},
 			func(payload string) {
@@ -215,16 +212,12 @@ func (h *hub) listen(ctx context.Context, k hubKey, n dialect.Notifier, pool *sq
 			e.log.Info("election: not listening for handoffs; candidates wait for their next tick", "reason", err)
 			return
 		}
-		wait := backoff/2 + rand.N(backoff)
+		failures++
+		wait := listenBackoff.wait(failures)
 		e.log.Warn("election: handoff listener failed; reconnecting", "err", err, "retry_in", wait)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !pause(ctx, wait) {
 			return
-		case <-t.C:
 		}
-		backoff = min(2*backoff, listenMaxBackoff)
 	}
 }
 
