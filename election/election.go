@@ -186,10 +186,39 @@ const maxAttempts = 12
 
 var conflictBackoff = backoff{first: 2 * time.Millisecond, max: 250 * time.Millisecond, jitter: 0.5}
 
-// do runs fn once in the caller's transaction (WithTx), or in a connection
-// or transaction of its own (inTx) with bounded retries of transient
-// conflicts. It turns errors into the package's sentinels.
-func (e *Election) do(ctx context.Context, op string, opts []CallOption, inTx bool, fn func(conn gorm.ConnPool, callerTx bool) error) error {
+// callFunc is the body of a call. conn runs its statements; callerTx is
+// true when conn is the caller's transaction (WithTx).
+type callFunc func(conn gorm.ConnPool, callerTx bool) error
+
+// scope says where a call runs when the caller passes no transaction.
+type scope int
+
+const (
+	// scopeStatements runs the call's statements on the pool, each one
+	// committing by itself: calls of one statement, or of statements that
+	// need not commit together.
+	scopeStatements scope = iota + 1
+	// scopeTransaction runs the call in a transaction the library begins and
+	// commits.
+	scopeTransaction
+)
+
+// autocommit runs fn in the caller's transaction (WithTx), or else with
+// each of its statements committing by itself.
+func (e *Election) autocommit(ctx context.Context, op string, opts []CallOption, fn callFunc) error {
+	return e.do(ctx, op, opts, scopeStatements, fn)
+}
+
+// transaction runs fn in the caller's transaction (WithTx), or else in a
+// transaction of its own.
+func (e *Election) transaction(ctx context.Context, op string, opts []CallOption, fn callFunc) error {
+	return e.do(ctx, op, opts, scopeTransaction, fn)
+}
+
+// do runs fn once in the caller's transaction (WithTx), or in the given
+// scope with bounded retries of transient conflicts. It turns errors into
+// the package's sentinels.
+func (e *Election) do(ctx context.Context, op string, opts []CallOption, sc scope, fn callFunc) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", ErrInvalidOption)
 	}
@@ -216,7 +245,7 @@ func (e *Election) do(ctx context.Context, op string, opts []CallOption, inTx bo
 		return e.wrap(ctx, op, fn(gormx.Direct(cc.tx.Statement.ConnPool), true), true)
 	}
 	for attempt := 1; ; attempt++ {
-		err := e.once(ctx, inTx, fn)
+		err := e.once(ctx, sc, fn)
 		if err == nil {
 			return nil
 		}
@@ -230,8 +259,9 @@ func (e *Election) do(ctx context.Context, op string, opts []CallOption, inTx bo
 	}
 }
 
-func (e *Election) once(ctx context.Context, inTx bool, fn func(gorm.ConnPool, bool) error) error {
-	if !inTx {
+// once runs fn one time in scope sc.
+func (e *Election) once(ctx context.Context, sc scope, fn callFunc) error {
+	if sc == scopeStatements {
 		return fn(e.conn(nil), false)
 	}
 	tx := e.db.WithContext(ctx).Begin(e.txOpts)

@@ -32,7 +32,7 @@ func (e *Election) register(ctx context.Context, op string, id uuid.UUID, opts [
 	if id == uuid.Nil {
 		return fmt.Errorf("%w: %s", ErrInvalidCandidate, op)
 	}
-	return e.do(ctx, op, opts, false, func(conn gorm.ConnPool, _ bool) error {
+	return e.autocommit(ctx, op, opts, func(conn gorm.ConnPool, _ bool) error {
 		_, err := conn.ExecContext(ctx, e.q.upsertNow, e.namespace, id, e.d.DurationArg(e.expire))
 		return err
 	})
@@ -60,7 +60,7 @@ func (e *Election) Elect(ctx context.Context, id uuid.UUID, opts ...CallOption) 
 	var out Lease
 	if prev, ok := e.cached(id); ok {
 		renewed := false
-		err := e.do(ctx, "Elect", opts, false, func(conn gorm.ConnPool, _ bool) error {
+		err := e.autocommit(ctx, "Elect", opts, func(conn gorm.ConnPool, _ bool) error {
 			r, ok, err := e.d.Renew(ctx, conn, e.namespace, id, prev.Term, e.expire)
 			if ok {
 				renewed = true
@@ -80,7 +80,7 @@ func (e *Election) Elect(ctx context.Context, id uuid.UUID, opts ...CallOption) 
 		e.forget(id)
 	}
 	var tookOver bool
-	err := e.do(ctx, "Elect", opts, true, func(conn gorm.ConnPool, _ bool) error {
+	err := e.transaction(ctx, "Elect", opts, func(conn gorm.ConnPool, _ bool) error {
 		var err error
 		out, tookOver, err = e.elect(ctx, conn, id)
 		return err
@@ -176,7 +176,7 @@ func (e *Election) IsLeader(ctx context.Context, id uuid.UUID, opts ...CallOptio
 		return false, fmt.Errorf("%w: IsLeader", ErrInvalidCandidate)
 	}
 	var n int64
-	err := e.do(ctx, "IsLeader", opts, false, func(conn gorm.ConnPool, _ bool) error {
+	err := e.autocommit(ctx, "IsLeader", opts, func(conn gorm.ConnPool, _ bool) error {
 		return conn.QueryRowContext(ctx, e.q.isLeader, e.namespace, id).Scan(&n)
 	})
 	return n > 0, err
@@ -186,7 +186,7 @@ func (e *Election) IsLeader(ctx context.Context, id uuid.UUID, opts ...CallOptio
 // when the seat is vacant or the lease has expired.
 func (e *Election) Leader(ctx context.Context, opts ...CallOption) (Lease, error) {
 	var out Lease
-	err := e.do(ctx, "Leader", opts, false, func(conn gorm.ConnPool, _ bool) error {
+	err := e.autocommit(ctx, "Leader", opts, func(conn gorm.ConnPool, _ bool) error {
 		s, err := e.readSeat(ctx, conn, dialect.NoLock)
 		out = e.lease(s)
 		return err
@@ -202,7 +202,7 @@ func (e *Election) Leader(ctx context.Context, opts ...CallOption) (Lease, error
 // there are none.
 func (e *Election) ListCandidates(ctx context.Context, opts ...CallOption) ([]uuid.UUID, error) {
 	out := []uuid.UUID{}
-	err := e.do(ctx, "ListCandidates", opts, false, func(conn gorm.ConnPool, _ bool) error {
+	err := e.autocommit(ctx, "ListCandidates", opts, func(conn gorm.ConnPool, _ bool) error {
 		out = out[:0]
 		rows, err := conn.QueryContext(ctx, e.q.list, e.namespace)
 		if err != nil {
@@ -232,7 +232,7 @@ func (e *Election) UnregisterCandidate(ctx context.Context, id uuid.UUID, opts .
 	if id == uuid.Nil {
 		return fmt.Errorf("%w: UnregisterCandidate", ErrInvalidCandidate)
 	}
-	err := e.do(ctx, "UnregisterCandidate", opts, true, func(conn gorm.ConnPool, _ bool) error {
+	err := e.transaction(ctx, "UnregisterCandidate", opts, func(conn gorm.ConnPool, _ bool) error {
 		n, err := affected(conn.ExecContext(ctx, e.q.vacate, e.namespace, id))
 		if err != nil {
 			return err
@@ -256,7 +256,7 @@ func (e *Election) Resign(ctx context.Context, id uuid.UUID, opts ...CallOption)
 	if id == uuid.Nil {
 		return fmt.Errorf("%w: Resign", ErrInvalidCandidate)
 	}
-	err := e.do(ctx, "Resign", opts, true, func(conn gorm.ConnPool, _ bool) error {
+	err := e.transaction(ctx, "Resign", opts, func(conn gorm.ConnPool, _ bool) error {
 		n, err := affected(conn.ExecContext(ctx, e.q.vacate, e.namespace, id))
 		if err != nil || n == 0 {
 			return err
@@ -285,7 +285,7 @@ func (e *Election) Guard(ctx context.Context, lease Lease, opts ...CallOption) e
 	if lease.Namespace != "" && lease.Namespace != e.namespace {
 		return fmt.Errorf("%w: the lease is for namespace %q, the election for %q", ErrNotLeader, lease.Namespace, e.namespace)
 	}
-	return e.do(ctx, "Guard", opts, false, func(conn gorm.ConnPool, callerTx bool) error {
+	return e.autocommit(ctx, "Guard", opts, func(conn gorm.ConnPool, callerTx bool) error {
 		lock := dialect.NoLock
 		if callerTx {
 			lock = dialect.ShareLock
@@ -309,7 +309,7 @@ func (e *Election) Guard(ctx context.Context, lease Lease, opts ...CallOption) e
 // behalf of the leader; call it directly from maintenance jobs if you like.
 func (e *Election) Prune(ctx context.Context, opts ...CallOption) (int, error) {
 	var n int
-	err := e.do(ctx, "Prune", opts, false, func(conn gorm.ConnPool, _ bool) error {
+	err := e.autocommit(ctx, "Prune", opts, func(conn gorm.ConnPool, _ bool) error {
 		n = 0
 		rows, err := conn.QueryContext(ctx, e.q.expired, e.namespace, e.d.DurationArg(-e.expire))
 		if err != nil {
