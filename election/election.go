@@ -70,7 +70,27 @@ type Election struct {
 // a database whose settings break elections under contention: a SQLite file
 // not in WAL mode or without a busy timeout, a MySQL handle without
 // parseTime or not in UTC. session.Open applies all of them.
+//
+// New's database calls are bounded by 10 seconds; NewContext takes a
+// context instead.
 func New(db *gorm.DB, opts ...Option) (*Election, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), newTimeout)
+	defer cancel()
+	return NewContext(ctx, db, opts...)
+}
+
+// newTimeout bounds the database calls of New (the settings check).
+const newTimeout = 10 * time.Second
+
+// NewContext is New with ctx bounding its database calls (the check of the
+// database's settings) in place of New's 10 seconds. ctx is used only while
+// NewContext runs: the Election keeps no reference to it. It returns
+// ErrInvalidOption for a nil ctx, and an error matching ctx.Err() when ctx
+// ends before the check is done.
+func NewContext(ctx context.Context, db *gorm.DB, opts ...Option) (*Election, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("%w: nil context", ErrInvalidOption)
+	}
 	c := config{namespace: DefaultNamespace, expire: DefaultExpire, logger: slog.Default()}
 	for _, o := range opts {
 		if o == nil {
@@ -100,12 +120,16 @@ func New(db *gorm.DB, opts ...Option) (*Election, error) {
 	// prepared-statement cache, which turns errors such as a missing table
 	// into a panic.
 	own := gormx.Quiet(db)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("election: checking the database: %w", err)
+	}
 	txOpts, err := d.Check(ctx, own)
 	if err != nil {
 		if errors.Is(err, errUnsafe) {
 			return nil, fmt.Errorf("%w: %w", ErrUnsafeDatabase, err)
+		}
+		if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+			return nil, fmt.Errorf("election: checking the database: %w: %w", cerr, err)
 		}
 		return nil, fmt.Errorf("election: checking the database: %w", err)
 	}

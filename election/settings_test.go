@@ -1,6 +1,7 @@
 package election_test
 
 import (
+	"context"
 	"errors"
 	"log"
 	"os"
@@ -308,6 +309,39 @@ func TestPreparedStatementHandles(t *testing.T) {
 			ftx.Rollback()
 			if !errors.Is(err, election.ErrNotMigrated) {
 				t.Fatalf("IsLeader WithTx before migrate.Up: %v, want ErrNotMigrated", err)
+			}
+		})
+	}
+}
+
+// TestNewContext: NewContext checks the database under the caller's
+// context, refuses a nil one, and gives up when it has ended.
+func TestNewContext(t *testing.T) {
+	for _, tg := range testdb.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			db := testdb.Open(t, tg)
+			ns := testdb.Namespace(t)
+			e, err := election.NewContext(testCtx(t), db, election.WithNamespace(ns), election.WithLogger(quiet))
+			if err != nil {
+				t.Fatalf("NewContext: %v", err)
+			}
+			id := uuid.New()
+			if l := mustElect(t, e, id); !l.HeldBy(id) {
+				t.Fatalf("Elect on an Election from NewContext: %+v", l)
+			}
+			//lint:ignore SA1012 a nil context is the misuse under test
+			if _, err := election.NewContext(nil, db); !errors.Is(err, election.ErrInvalidOption) {
+				t.Errorf("NewContext(nil, db) = %v, want ErrInvalidOption", err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			if _, err := election.NewContext(ctx, db); !errors.Is(err, context.Canceled) {
+				t.Errorf("NewContext(cancelled) = %v, want context.Canceled", err)
+			}
+			short, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+			defer cancel()
+			if _, err := election.NewContext(short, db); !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("NewContext(past deadline) = %v, want context.DeadlineExceeded", err)
 			}
 		})
 	}
