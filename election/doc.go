@@ -141,4 +141,29 @@
 //
 // or let an Elector run that loop, with callbacks when leadership starts
 // and stops.
+//
+// # Where things are
+//
+// Each file of the package answers one question:
+//
+//   - lease.go: what a call reports (Lease).
+//   - election.go: what an Election is bound to and how New checks it.
+//   - options.go: the options of New (Option) and of the calls (CallOption,
+//     WithTx), and the namespace rules.
+//   - errors.go: the sentinel errors.
+//   - protocol.go: the calls, RegisterCandidate to Prune, one transaction
+//     or statement each.
+//   - queries.go: the SQL of those calls, built once from the dialect.
+//   - retry.go: where a call runs (the caller's transaction, statements of
+//     their own, or a transaction of its own), retries of transient
+//     conflicts, and how errors become the sentinels.
+//   - seat.go: reading the leader row with the database clock, and the
+//     leases this Election holds, for the one-statement renewal.
+//   - stmtcache.go: statements kept prepared where compiling costs more
+//     than running (SQLite).
+//   - handoff.go: waking candidates when the seat is vacated (in process,
+//     and LISTEN/NOTIFY), and the hooks that run in the vacating
+//     transaction.
+//   - elector.go: the Elector loop, its trust window and its callbacks.
+//   - backoff.go: the jittered backoff of every retry loop.
 package election

@@ -242,3 +242,24 @@ func (h *hub) listeningC() <-chan struct{} {
 	defer h.listenMu.Unlock()
 	return h.ready
 }
+
+// onVacate registers fn to run in the transaction that vacates the seat
+// (UnregisterCandidate or Resign by the leader), e.g. to wake candidates.
+// leader is the candidate that gave the seat up.
+func (e *Election) onVacate(fn func(ctx context.Context, conn gorm.ConnPool, leader uuid.UUID) error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.vacated = append(e.vacated, fn)
+}
+
+func (e *Election) runVacated(ctx context.Context, conn gorm.ConnPool, leader uuid.UUID) error {
+	e.mu.Lock()
+	fns := append([]func(context.Context, gorm.ConnPool, uuid.UUID) error(nil), e.vacated...)
+	e.mu.Unlock()
+	for _, fn := range fns {
+		if err := fn(ctx, conn, leader); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,73 @@
+package election
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+
+	"github.com/sqlelect/sqlelect/internal/dialect"
+)
+
+// seat is the leader row as read with the database clock.
+type seat struct {
+	now      time.Time
+	exists   bool
+	leader   uuid.UUID // uuid.Nil when vacant
+	term     int64
+	expires  time.Time
+	acquired time.Time
+}
+
+func (s seat) live() bool { return s.leader != uuid.Nil && s.expires.After(s.now) }
+
+func (e *Election) readSeat(ctx context.Context, conn gorm.ConnPool, lock dialect.Lock) (seat, error) {
+	var (
+		now, exp, acq dialect.Time
+		leader        uuid.NullUUID
+		term          sql.NullInt64
+	)
+	if err := conn.QueryRowContext(ctx, e.q.selectLeader[lock], e.namespace).Scan(&now, &leader, &term, &exp, &acq); err != nil {
+		return seat{}, err
+	}
+	s := seat{now: now.Time, exists: term.Valid, term: term.Int64, expires: exp.Time, acquired: acq.Time}
+	if leader.Valid && exp.Valid {
+		s.leader = leader.UUID
+	}
+	return s, nil
+}
+
+// lease is the seat as the protocol reports it: vacant when expired.
+func (e *Election) lease(s seat) Lease {
+	if !s.live() {
+		return Lease{Namespace: e.namespace}
+	}
+	return Lease{Namespace: e.namespace, Leader: s.leader, Term: s.term, ExpiresAt: s.expires, AcquiredAt: s.acquired}
+}
+
+// remember records the lease a call left id with: kept while id holds it,
+// for Elect's one-statement renewal (see cached), and dropped otherwise.
+func (e *Election) remember(id uuid.UUID, l Lease) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if l.HeldBy(id) {
+		e.held[id] = l
+	} else {
+		delete(e.held, id)
+	}
+}
+
+func (e *Election) forget(id uuid.UUID) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.held, id)
+}
+
+func (e *Election) cached(id uuid.UUID) (Lease, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	l, ok := e.held[id]
+	return l, ok
+}
