@@ -107,7 +107,6 @@ type Elector struct {
 	mu       sync.Mutex
 	loopDone chan struct{} // nil before Run; closed when its loop ends
 	cur      *leadership   // nil when not leading
-	trusted  time.Time     // end of cur's trust window (monotonic)
 	last     Lease         // last lease seen
 
 	// Loop-only state.
@@ -166,11 +165,19 @@ type roundReport struct {
 	leading bool
 }
 
-// leadership is one stretch of leading, from start to stop.
+// leadership is one stretch of leading, from start to stop. Its fields
+// change under Elector.mu.
 type leadership struct {
-	lease  Lease              // ExpiresAt follows renewals (under Elector.mu)
-	cancel context.CancelFunc // cancels the context of the leader's work
+	lease Lease // ExpiresAt follows renewals
+	// trustedUntil ends the trust window on the monotonic clock: the start
+	// of the attempt that granted or last renewed the lease, plus
+	// Expire() - SafetyMargin. Each renewal moves it.
+	trustedUntil time.Time
+	cancel       context.CancelFunc // cancels the context of the leader's work
 }
+
+// trusted reports whether the leadership may still be acted on at now.
+func (l *leadership) trusted(now time.Time) bool { return now.Before(l.trustedUntil) }
 
 type resignRequest struct {
 	ctx   context.Context
@@ -244,7 +251,7 @@ func (el *Elector) Config() ElectorConfig { return el.cfg }
 func (el *Elector) IsLeader() bool {
 	el.mu.Lock()
 	defer el.mu.Unlock()
-	return el.cur != nil && el.now().Before(el.trusted)
+	return el.cur != nil && el.cur.trusted(el.now())
 }
 
 // Lease returns the last lease the Elector saw, whoever holds it: the zero
@@ -441,7 +448,7 @@ func (el *Elector) attemptCtx(ctx context.Context, start time.Time) (context.Con
 	timeout := el.e.expire - el.cfg.SafetyMargin
 	el.mu.Lock()
 	if el.cur != nil {
-		if left := el.trusted.Sub(start); left > 0 && left < timeout {
+		if left := el.cur.trustedUntil.Sub(start); left > 0 && left < timeout {
 			timeout = left
 		}
 	}
@@ -485,8 +492,8 @@ func (el *Elector) electRound(ctx context.Context, cause roundCause) (err error)
 		el.mu.Unlock()
 		return nil
 	}
-	trusted := start.Add(el.e.expire - el.cfg.SafetyMargin)
-	if !el.now().Before(trusted) {
+	trustedUntil := start.Add(el.e.expire - el.cfg.SafetyMargin)
+	if !el.now().Before(trustedUntil) {
 		el.mu.Lock()
 		if el.cur != nil {
 			el.stopLocked("the renewal returned after the trust window")
@@ -494,7 +501,7 @@ func (el *Elector) electRound(ctx context.Context, cause roundCause) (err error)
 		el.mu.Unlock()
 		return fmt.Errorf("election: Elect took longer than the trust window (%v)", el.e.expire-el.cfg.SafetyMargin)
 	}
-	el.lead(ctx, lease, trusted, cause)
+	el.lead(ctx, lease, trustedUntil, cause)
 	return nil
 }
 
@@ -543,21 +550,21 @@ func (el *Elector) observe(l Lease) {
 }
 
 // lead starts leading, or extends the trust window of the current term.
-func (el *Elector) lead(ctx context.Context, l Lease, trusted time.Time, cause roundCause) {
+func (el *Elector) lead(ctx context.Context, l Lease, trustedUntil time.Time, cause roundCause) {
 	el.mu.Lock()
 	defer el.mu.Unlock()
 	if c := el.cur; c != nil {
 		if c.lease.Leader == l.Leader && c.lease.Term == l.Term {
 			c.lease.ExpiresAt = l.ExpiresAt
-			el.trusted = trusted
+			c.trustedUntil = trustedUntil
 			el.kickWatch()
 			return
 		}
 		el.stopLocked("a new term began")
 	}
 	lctx, cancel := context.WithCancel(ctx)
-	cur := &leadership{lease: l, cancel: cancel}
-	el.cur, el.trusted = cur, trusted
+	cur := &leadership{lease: l, trustedUntil: trustedUntil, cancel: cancel}
+	el.cur = cur
 	el.kickWatch()
 	el.log.Info("election: leading", "term", l.Term, "lease_expires_at", l.ExpiresAt, "round", cause.String())
 	if cb := el.cfg.OnStartedLeading; cb != nil {
@@ -594,7 +601,7 @@ func (el *Elector) watch(stop <-chan struct{}) {
 		var fire <-chan time.Time
 		el.mu.Lock()
 		if el.cur != nil {
-			t.Reset(el.trusted.Sub(el.now()))
+			t.Reset(el.cur.trustedUntil.Sub(el.now()))
 			fire = t.C
 		} else {
 			t.Stop()
@@ -606,7 +613,7 @@ func (el *Elector) watch(stop <-chan struct{}) {
 		case <-el.kick:
 		case <-fire:
 			el.mu.Lock()
-			if el.cur != nil && !el.now().Before(el.trusted) {
+			if el.cur != nil && !el.cur.trusted(el.now()) {
 				el.log.Warn("election: no renewal within the trust window; stepping down before the lease can expire",
 					"term", el.cur.lease.Term)
 				el.stopLocked("trust window passed")
