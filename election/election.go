@@ -29,6 +29,7 @@ type Election struct {
 
 	mu        sync.Mutex
 	held      map[uuid.UUID]Lease // leases this value granted or renewed, for the one-statement renewal
+	seen      seatHint            // the holder of the seat at the last reading, for Elect's unlocked path
 	lastPrune time.Time           // monotonic
 	vacated   []func(ctx context.Context, conn gorm.ConnPool, leader uuid.UUID) error
 

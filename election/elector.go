@@ -426,6 +426,10 @@ func (el *Elector) loop(ctx context.Context) error {
 				if el.IsLeader() {
 					continue
 				}
+				// The seat is changing hands: take the locked path, which
+				// waits for the vacating transaction (a local wake-up comes
+				// before it commits) rather than read the old holder.
+				el.e.forgetSeat()
 				timer.Stop()
 				skip = false
 				cause = causeWakeLocal

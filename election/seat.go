@@ -23,6 +23,41 @@ type seat struct {
 
 func (s seat) live() bool { return s.leader != uuid.Nil && s.expires.After(s.now) }
 
+// seatHint is who held the seat at the last reading and until when, on
+// this process's monotonic clock (the lease's remaining time by the
+// database clock, added to the local time of the reading). It only chooses
+// Elect's first step; the database clock decides.
+type seatHint struct {
+	leader uuid.UUID
+	until  time.Time
+}
+
+// noteSeat records what a reading of the seat showed.
+func (e *Election) noteSeat(s seat) {
+	h := seatHint{}
+	if s.live() {
+		h = seatHint{leader: s.leader, until: time.Now().Add(s.expires.Sub(s.now))}
+	}
+	e.mu.Lock()
+	e.seen = h
+	e.mu.Unlock()
+}
+
+// forgetSeat drops the last reading: the next Elect takes the locked path.
+func (e *Election) forgetSeat() {
+	e.mu.Lock()
+	e.seen = seatHint{}
+	e.mu.Unlock()
+}
+
+// heldByAnother reports whether the last reading of the seat showed a lease
+// of another candidate than id that should still be live.
+func (e *Election) heldByAnother(id uuid.UUID) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.seen.leader != uuid.Nil && e.seen.leader != id && time.Now().Before(e.seen.until)
+}
+
 func (e *Election) readSeat(ctx context.Context, conn gorm.ConnPool, lock dialect.Lock) (seat, error) {
 	var (
 		now, exp, acq dialect.Time
@@ -36,6 +71,7 @@ func (e *Election) readSeat(ctx context.Context, conn gorm.ConnPool, lock dialec
 	if leader.Valid && exp.Valid {
 		s.leader = leader.UUID
 	}
+	e.noteSeat(s)
 	return s, nil
 }
 
