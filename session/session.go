@@ -41,9 +41,14 @@ const pingTimeout = 10 * time.Second
 // Open connects to the database named by dsn and checks that it answers.
 // Accepted forms:
 //
-//	postgres://user:pass@host:5432/db?sslmode=disable   (also postgresql://)
-//	mysql://user:pass@tcp(host:3306)/db                  (or the driver's own user:pass@tcp(host:3306)/db)
+//	postgres://user:pass@host:5432/db?sslmode=disable   (also postgresql://, and h1:5432,h2:5432 for several hosts)
+//	host=host port=5432 user=user password=pass dbname=db sslmode=disable   (libpq keyword/value)
+//	mysql://user:pass@host:3306/db                       (also mysql://user:pass@tcp(host:3306)/db)
+//	user:pass@tcp(host:3306)/db                          (the mysql driver's own form)
 //	sqlite:/var/lib/app/app.db, file:app.db?..., app.db  (also sqlite::memory:)
+//
+// Errors wrap ErrDSN or ErrUnreachable; their messages name the host and
+// port and never show the password.
 //
 // Open applies what each database needs and leaves everything else as given:
 // PostgreSQL sessions in UTC; MySQL with parseTime, UTC times, the session

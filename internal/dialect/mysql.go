@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"strings"
 	"time"
 
@@ -156,6 +158,11 @@ func openMySQL(dsn string) (Opened, error) {
 	if err != nil {
 		return Opened{}, fmt.Errorf("%w: %v", ErrDSN, scrubMySQL(err.Error(), dsn))
 	}
+	return openMySQLConfig(cfg)
+}
+
+// openMySQLConfig applies what elections need to a parsed driver DSN.
+func openMySQLConfig(cfg *drv.Config) (Opened, error) {
 	cfg.ParseTime = true
 	cfg.Loc = time.UTC
 	// One round trip a statement instead of prepare, execute and close.
@@ -200,11 +207,62 @@ func hasIsolation(params map[string]string) bool {
 	return a || b
 }
 
-// scrubMySQL removes the password part of a DSN from a parse error.
+// openMySQLURL opens what follows mysql:// in a DSN: the driver's own form
+// when it names the network (user:pass@tcp(host:port)/db), otherwise a URL
+// as providers print it, user:pass@host:port/db?params, with the user and
+// password URL-escaped.
+func openMySQLURL(rest string) (Opened, error) {
+	if mysqlDriverForm(rest) {
+		return openMySQL(rest)
+	}
+	u, err := url.Parse("mysql://" + rest)
+	if err != nil {
+		// url.Error quotes the whole URL; its cause alone says what is wrong.
+		var ue *url.Error
+		msg := "mysql URL does not parse"
+		if errors.As(err, &ue) {
+			msg += ": " + ue.Err.Error()
+		}
+		pw := ""
+		if at := strings.LastIndex(rest, "@"); at > 0 {
+			if _, p, ok := strings.Cut(rest[:at], ":"); ok {
+				pw = p
+			}
+		}
+		return Opened{}, fmt.Errorf("%w: %s", ErrDSN, scrubPassword(msg, pw))
+	}
+	if u.Opaque != "" || u.Fragment != "" {
+		return Opened{}, fmt.Errorf("%w: mysql URL: want mysql://user:pass@host:port/db (escape '#', '/' and '?' in the password)", ErrDSN)
+	}
+	// The driver's form without the user information, so that a password
+	// holding '@', ':' or '/' needs no escaping of the driver's kind.
+	addr := u.Host
+	if addr != "" && u.Port() == "" {
+		addr = net.JoinHostPort(u.Hostname(), "3306")
+	}
+	form := "/" + strings.TrimPrefix(u.Path, "/")
+	if addr != "" {
+		form = "tcp(" + addr + ")" + form
+	}
+	if u.RawQuery != "" {
+		form += "?" + u.RawQuery
+	}
+	cfg, err := drv.ParseDSN(form)
+	if err != nil {
+		return Opened{}, fmt.Errorf("%w: %v", ErrDSN, err)
+	}
+	if u.User != nil {
+		cfg.User = u.User.Username()
+		cfg.Passwd, _ = u.User.Password()
+	}
+	return openMySQLConfig(cfg)
+}
+
+// scrubMySQL removes the password part of a driver DSN from a parse error.
 func scrubMySQL(msg, dsn string) string {
 	if at := strings.LastIndex(dsn, "@"); at > 0 {
 		if colon := strings.Index(dsn[:at], ":"); colon >= 0 && colon+1 < at {
-			msg = strings.ReplaceAll(msg, dsn[colon+1:at], "xxxxx")
+			msg = scrubPassword(msg, dsn[colon+1:at])
 		}
 	}
 	return msg

@@ -5,6 +5,8 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"net/url"
+	"regexp"
 	"strings"
 	"time"
 
@@ -25,12 +27,31 @@ type Target struct {
 
 func (t Target) String() string { return t.Database + " at " + t.Where }
 
-// Scrub removes the password from s.
+// Scrub removes the password from s where s shows it as the password of a
+// connection string: user:PASSWORD@ (a URL's or the mysql driver's user
+// information) and password=PASSWORD or password='PASSWORD' (a keyword or
+// query parameter), in the forms a DSN escapes it. The same text elsewhere
+// in s (a database or user name that happens to equal the password) is
+// left alone.
 func (t Target) Scrub(s string) string {
-	if t.Secret == "" {
-		return s
+	return scrubPassword(s, t.Secret)
+}
+
+// scrubPassword replaces secret, in each of its written forms, where msg
+// shows it as a password field.
+func scrubPassword(msg, secret string) string {
+	if secret == "" {
+		return msg
 	}
-	return strings.ReplaceAll(s, t.Secret, "xxxxx")
+	kvQuoted := strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(secret)
+	forms := []string{secret, url.QueryEscape(secret), url.PathEscape(secret), url.UserPassword("", secret).String()[1:]}
+	for _, f := range forms {
+		msg = strings.ReplaceAll(msg, ":"+f+"@", ":xxxxx@")
+		msg = strings.ReplaceAll(msg, "password='"+f+"'", "password=xxxxx")
+		msg = strings.ReplaceAll(msg, "password="+f, "password=xxxxx")
+	}
+	msg = strings.ReplaceAll(msg, "password='"+kvQuoted+"'", "password=xxxxx")
+	return msg
 }
 
 // Opened is a DSN turned into what gorm.Open needs.
@@ -89,8 +110,10 @@ var ErrDSN = errors.New("invalid DSN")
 
 // Open recognizes a DSN and applies what its database needs. Recognized forms:
 //
-//	postgres://... and postgresql://...
-//	mysql://user:pass@tcp(host:port)/db?... and the mysql driver's own form
+//	postgres://... and postgresql://..., one host or several
+//	host=... port=... user=... dbname=... (libpq keyword/value pairs)
+//	mysql://user:pass@host:port/db?..., mysql://user:pass@tcp(host:port)/db?...
+//	and the mysql driver's own form, user:pass@tcp(host:port)/db?...
 //	sqlite:PATH, sqlite://PATH, file:PATH, and paths ending in .db, .sqlite or .sqlite3
 func Open(dsn string) (Opened, error) {
 	lower := strings.ToLower(dsn)
@@ -101,8 +124,10 @@ func Open(dsn string) (Opened, error) {
 		return Opened{}, fmt.Errorf("%w: contains a NUL byte", ErrDSN)
 	case strings.HasPrefix(lower, "postgres://"), strings.HasPrefix(lower, "postgresql://"):
 		return openPostgres(dsn)
+	case libpqKeyword.MatchString(lower):
+		return openPostgres(dsn)
 	case strings.HasPrefix(lower, "mysql://"):
-		return openMySQL(dsn[len("mysql://"):])
+		return openMySQLURL(dsn[len("mysql://"):])
 	case strings.HasPrefix(lower, "sqlite://"):
 		return openSQLite(dsn[len("sqlite://"):])
 	case strings.HasPrefix(lower, "sqlite3:"):
@@ -113,10 +138,22 @@ func Open(dsn string) (Opened, error) {
 		return openSQLite(dsn)
 	case looksLikeSQLiteFile(lower):
 		return openSQLite(dsn)
-	case strings.Contains(dsn, "@tcp(") || strings.Contains(dsn, "@unix(") || strings.HasPrefix(dsn, "tcp("):
+	case mysqlDriverForm(dsn):
 		return openMySQL(dsn)
 	}
-	return Opened{}, fmt.Errorf("%w: unrecognized form (want postgres://, mysql://, user:pass@tcp(host:port)/db, sqlite:PATH, file:PATH or a .db path)", ErrDSN)
+	return Opened{}, fmt.Errorf("%w: unrecognized form (want postgres://, host=... dbname=..., mysql://, user:pass@tcp(host:port)/db, sqlite:PATH, file:PATH or a .db path)", ErrDSN)
+}
+
+// libpqKeyword matches a DSN that starts with one of libpq's connection
+// keywords followed by '=': the keyword/value form of a PostgreSQL DSN.
+var libpqKeyword = regexp.MustCompile(`^\s*(host|hostaddr|port|dbname|user|password|passfile|channel_binding|connect_timeout|client_encoding|options|application_name|fallback_application_name|keepalives|keepalives_idle|keepalives_interval|keepalives_count|tcp_user_timeout|replication|gssencmode|sslmode|requiressl|sslcompression|sslcert|sslkey|sslpassword|sslcertmode|sslrootcert|sslcrl|sslcrldir|sslsni|sslnegotiation|requirepeer|ssl_min_protocol_version|ssl_max_protocol_version|krbsrvname|gsslib|gssdelegation|service|target_session_attrs|load_balance_hosts)\s*=`)
+
+// mysqlDriverForm reports whether dsn is in the mysql driver's own form,
+// which names the network: user:pass@tcp(host:port)/db, tcp(host)/db,
+// user@unix(/path)/db.
+func mysqlDriverForm(dsn string) bool {
+	return strings.Contains(dsn, "@tcp(") || strings.Contains(dsn, "@unix(") ||
+		strings.HasPrefix(dsn, "tcp(") || strings.HasPrefix(dsn, "unix(")
 }
 
 func looksLikeSQLiteFile(lower string) bool {

@@ -6,7 +6,11 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -125,42 +129,65 @@ func (postgres) LockMigrations(ctx context.Context, conn *sql.Conn) (func(bool) 
 }
 
 func openPostgres(dsn string) (Opened, error) {
+	isURL := false
 	// The scheme is case-insensitive; pgconn knows it only in lower case
 	// and would read "Postgres://..." as keyword=value pairs.
-	if i := strings.Index(dsn, "://"); i >= 0 {
+	if i := strings.Index(dsn, "://"); i >= 0 && libpqKeyword.FindStringIndex(strings.ToLower(dsn)) == nil {
 		dsn = strings.ToLower(dsn[:i]) + dsn[i:]
+		isURL = true
 	}
 	cfg, err := pgconn.ParseConfig(dsn)
 	if err != nil {
 		return Opened{}, fmt.Errorf("%w: %s", ErrDSN, pgParseMessage(dsn, err))
 	}
-	u, err := url.Parse(dsn)
-	if err != nil {
-		return Opened{}, fmt.Errorf("%w: postgres URL does not parse", ErrDSN)
+	hasTimezone := false
+	for k := range cfg.RuntimeParams {
+		hasTimezone = hasTimezone || strings.EqualFold(k, "timezone")
 	}
-	q := u.Query()
-	if q.Get("timezone") == "" && q.Get("TimeZone") == "" {
-		// Timestamps come back in UTC, as the library writes them.
-		q.Set("timezone", "UTC")
-		u.RawQuery = q.Encode()
-	}
-	if u.Host == "" && u.Path == "" && u.User == nil {
-		// A bare postgres:// means every default. url.URL.String would
-		// drop its "//", and pgx would then read it as keyword=value pairs.
-		u.Path = "/"
+	if isURL {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return Opened{}, fmt.Errorf("%w: postgres URL does not parse", ErrDSN)
+		}
+		if !hasTimezone {
+			// Timestamps come back in UTC, as the library writes them.
+			q := u.Query()
+			q.Set("timezone", "UTC")
+			u.RawQuery = q.Encode()
+		}
+		if u.Host == "" && u.Path == "" && u.User == nil {
+			// A bare postgres:// means every default. url.URL.String would
+			// drop its "//", and pgx would then read it as keyword=value pairs.
+			u.Path = "/"
+		}
+		dsn = u.String()
+	} else if !hasTimezone {
+		dsn = strings.TrimRight(dsn, " \t\n\r") + " timezone=UTC"
 	}
 	return Opened{
 		Dialect:    postgres{},
 		DriverName: "pgx",
-		DSN:        u.String(),
+		DSN:        dsn,
 		Pool:       serverPool,
 		Connector:  pgConnector,
 		Target: Target{
 			Database: "postgres",
-			Where:    fmt.Sprintf("%s:%d (database %q, user %q)", cfg.Host, cfg.Port, cfg.Database, cfg.User),
+			Where:    fmt.Sprintf("%s (database %q, user %q)", pgHosts(cfg), cfg.Database, cfg.User),
 			Secret:   cfg.Password,
 		},
 	}, nil
+}
+
+// pgHosts lists the host:port pairs a configuration tries, in order.
+func pgHosts(cfg *pgconn.Config) string {
+	hosts := []string{net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))}
+	for _, fb := range cfg.Fallbacks {
+		h := net.JoinHostPort(fb.Host, strconv.Itoa(int(fb.Port)))
+		if !slices.Contains(hosts, h) {
+			hosts = append(hosts, h)
+		}
+	}
+	return strings.Join(hosts, ",")
 }
 
 // pgConnector is pgx's connector for dsn, except that a connection whose
@@ -195,6 +222,9 @@ func (closeOnCancel) HandleUnwatchAfterCancel()      {}
 // pgconn masks the password of a URL it can parse, but not one given as a
 // password parameter, and it quotes in full a URL that does not parse.
 func pgParseMessage(dsn string, err error) string {
+	if !strings.Contains(dsn, "://") || libpqKeyword.MatchString(strings.ToLower(dsn)) {
+		return scrubPassword(err.Error(), kvPassword(dsn))
+	}
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		return "postgres URL does not parse: " + ue.Err.Error()
@@ -209,15 +239,42 @@ func pgParseMessage(dsn string, err error) string {
 	}
 	msg := err.Error()
 	for _, s := range secrets {
-		if s == "" {
-			continue
-		}
-		for _, form := range []string{s, url.QueryEscape(s), url.PathEscape(s)} {
-			msg = strings.ReplaceAll(msg, form, "xxxxx")
-		}
+		msg = scrubPassword(msg, s)
 	}
 	return msg
 }
+
+// kvPassword is the value of the password keyword in a libpq keyword/value
+// string, unquoted, or "" when there is none.
+func kvPassword(dsn string) string {
+	m := kvPasswordKey.FindStringIndex(dsn)
+	if m == nil {
+		return ""
+	}
+	rest := dsn[m[1]:]
+	if !strings.HasPrefix(rest, "'") {
+		end := strings.IndexAny(rest, " \t\n\r")
+		if end < 0 {
+			end = len(rest)
+		}
+		return rest[:end]
+	}
+	var b strings.Builder
+	for i := 1; i < len(rest); i++ {
+		switch c := rest[i]; {
+		case c == '\\' && i+1 < len(rest):
+			i++
+			b.WriteByte(rest[i])
+		case c == '\'':
+			return b.String()
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+var kvPasswordKey = regexp.MustCompile(`(?:^|\s)password\s*=\s*`)
 
 func (postgres) Gorm(pool *sql.DB) gorm.Dialector {
 	return gormpg.New(gormpg.Config{Conn: pool})
