@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"errors"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -241,6 +242,49 @@ func TestPostgresSettings(t *testing.T) {
 	}
 	if tz != "UTC" {
 		t.Fatalf("TimeZone %s, want UTC", tz)
+	}
+}
+
+// TestPostgresNoNamedStatements: the pool Open builds leaves no named
+// prepared statement on its server sessions, which a pooler in transaction
+// mode would hand to other clients; a DSN that names another exec mode
+// gets it.
+func TestPostgresNoNamedStatements(t *testing.T) {
+	dsn := serverDSN(t, testdb.PostgresEnv)
+	for _, c := range []struct {
+		name  string
+		param string
+		named bool
+	}{
+		{"default", "", false},
+		{"cache_statement asked for", "default_query_exec_mode=cache_statement", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			u, err := url.Parse(dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.param != "" {
+				u.RawQuery += "&" + c.param
+			}
+			db := open(t, u.String())
+			works(t, db, "postgres")
+			ctx := testCtx(t)
+			conn, err := testdb.Raw(t, db).Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			var n int
+			for i := 0; i < 2; i++ {
+				if err := conn.QueryRowContext(ctx, "SELECT count(*) FROM pg_prepared_statements WHERE name <> ''").Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := n > 0; got != c.named {
+				t.Fatalf("%d named prepared statements on the session, want named ones: %v", n, c.named)
+			}
+		})
 	}
 }
 

@@ -190,9 +190,21 @@ func pgHosts(cfg *pgconn.Config) string {
 	return strings.Join(hosts, ",")
 }
 
-// pgConnector is pgx's connector for dsn, except that a connection whose
-// context ends during a call is closed at once.
+// pgConnector is pgx's connector for dsn, with two changes.
 //
+// Statements run in pgx's exec mode unless the DSN names another
+// (default_query_exec_mode): each is sent as an unnamed statement with its
+// parameters, in one round trip, instead of being prepared under a name
+// that the connection keeps. A connection pooler in transaction mode
+// (PgBouncer, and the poolers of hosted PostgreSQL) hands each transaction
+// to whichever server session is free, so a named statement prepared
+// through one client is found by another, or missing for the one that
+// prepared it: with pgx's default, only the first process could open the
+// database through PgBouncer ("prepared statement stmtcache_... already
+// exists", 42P05). The library's statements are short and run once per
+// round, so the cached plans saved little.
+//
+// And a connection whose context ends during a call is closed at once.
 // pgx's own way, on a cancelled context, is to send a cancel request over a
 // new connection (up to 15 s) and only then close the connection. Until
 // then the server session lives on, and if its transaction locked the
@@ -204,9 +216,17 @@ func pgHosts(cfg *pgconn.Config) string {
 // at once; pgx still sends its cancel request afterwards, which frees a
 // session that was waiting for a lock.
 func pgConnector(dsn string) (driver.Connector, error) {
+	pc, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	_, modeSet := pc.RuntimeParams["default_query_exec_mode"]
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, err
+	}
+	if !modeSet {
+		cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
 	}
 	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler { return closeOnCancel{c} }
 	return stdlib.GetConnector(*cfg), nil
