@@ -11,7 +11,9 @@
 // own migrations (or read them from Files). Everyone else calls Up once at
 // start-up: it applies the same files, records each version in
 // election_schema_migrations, and is safe when several processes start at
-// once (a PostgreSQL advisory lock, a MySQL named lock, SQLite's write lock).
+// once (a PostgreSQL advisory lock held by the transaction that runs the
+// DDL, so that it also holds behind a pooler in transaction mode; a MySQL
+// named lock; SQLite's write lock).
 package migrate
 
 import (

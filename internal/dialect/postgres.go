@@ -118,12 +118,27 @@ func (postgres) Check(ctx context.Context, db *gorm.DB) (*sql.TxOptions, error) 
 // (the first eight bytes of "sqlelect" read as a big-endian integer).
 const pgMigrationLock = 0x73716c656c656374
 
+// LockMigrations begins a transaction on conn and takes a transaction-scoped
+// advisory lock in it: the schema changes run in that transaction (DDL is
+// transactional on PostgreSQL), and the lock ends with it, at commit or
+// rollback. A session-level lock would not do behind a pooler in
+// transaction mode: it would be taken on one server session, the DDL would
+// run on others, and the unlock on yet another, leaving the lock held on a
+// pooled session for the next migration to wait on for ever.
 func (postgres) LockMigrations(ctx context.Context, conn *sql.Conn) (func(bool) error, error) {
-	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", int64(pgMigrationLock)); err != nil {
+	if _, err := conn.ExecContext(ctx, "BEGIN ISOLATION LEVEL READ COMMITTED"); err != nil {
 		return nil, fmt.Errorf("taking the migration lock: %w", err)
 	}
-	return func(bool) error {
-		_, err := conn.ExecContext(context.Background(), "SELECT pg_advisory_unlock($1)", int64(pgMigrationLock))
+	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", int64(pgMigrationLock)); err != nil {
+		_, _ = conn.ExecContext(context.Background(), "ROLLBACK")
+		return nil, fmt.Errorf("taking the migration lock: %w", err)
+	}
+	return func(commit bool) error {
+		stmt := "ROLLBACK"
+		if commit {
+			stmt = "COMMIT"
+		}
+		_, err := conn.ExecContext(context.Background(), stmt)
 		return err
 	}, nil
 }
