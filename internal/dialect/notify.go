@@ -22,13 +22,16 @@ type Notifier interface {
 	// ready once the database has confirmed the subscription, and then calls
 	// fn with the payload of every notification, on Listen's goroutine, until
 	// ctx ends or the connection fails. It always returns a non-nil error:
-	// ErrCannotListen when db's connections cannot listen (nothing was
-	// changed; use polling), otherwise the failure or the cancellation. The
-	// connection is then discarded, never returned to the pool with a
+	// an error matching ErrCannotListen when db's connections cannot listen
+	// (the driver has no way to, or notifications sent to the subscription
+	// do not arrive, as behind a pooler in transaction mode; use polling),
+	// otherwise the failure or the cancellation. A connection that
+	// subscribed is then discarded, never returned to the pool with a
 	// subscription on it.
 	Listen(ctx context.Context, db *sql.DB, channel string, ready func(), fn func(payload string)) error
 }
 
 // ErrCannotListen is returned by Notifier.Listen when the pool's driver has
-// no way to wait for notifications. It wraps errors.ErrUnsupported.
+// no way to wait for notifications, or notifications do not arrive. It
+// wraps errors.ErrUnsupported.
 var ErrCannotListen = fmt.Errorf("the driver cannot wait for notifications: %w", errors.ErrUnsupported)

@@ -34,7 +34,15 @@ import (
 const (
 	PostgresEnv = "SQLELECT_POSTGRES_DSN"
 	MySQLEnv    = "SQLELECT_MYSQL_DSN"
+	// PostgresPoolerEnv, set to "transaction", says that SQLELECT_POSTGRES_DSN
+	// reaches PostgreSQL through a pooler in transaction mode (PgBouncer),
+	// where notifications are not delivered.
+	PostgresPoolerEnv = "SQLELECT_POSTGRES_POOLER"
 )
+
+// TransactionPooler reports whether the configured PostgreSQL is reached
+// through a pooler in transaction mode (PostgresPoolerEnv).
+func TransactionPooler() bool { return os.Getenv(PostgresPoolerEnv) == "transaction" }
 
 // Target is one database to run tests against.
 type Target struct {
