@@ -185,6 +185,11 @@ func (e *unreachable) Unwrap() []error { return []error{ErrUnreachable, e.err} }
 // pgx, mysql or sqlite3 driver. It checks the settings elections need (see
 // Open) and returns an error naming a missing one; it does not change the
 // pool.
+//
+// A lib/pq pool is refused with an error saying what to use instead: pgx's
+// database/sql driver takes the same DSN. Elections rely on pgx's errors to
+// tell a conflict to retry from a failure, and on its connections to LISTEN
+// for handoffs; lib/pq is in maintenance mode.
 func Wrap(sqlDB *sql.DB, opts ...gorm.Option) (*gorm.DB, error) {
 	if sqlDB == nil {
 		return nil, errors.New("session: Wrap needs a *sql.DB, got nil")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/hex"
 	"errors"
 	"net/url"
@@ -361,7 +362,27 @@ func TestWrap(t *testing.T) {
 	if _, err := session.Wrap(nil); err == nil {
 		t.Fatal("Wrap(nil): no error")
 	}
+	t.Run("unsupported driver", func(t *testing.T) {
+		sqlDB := sql.OpenDB(otherConnector{})
+		defer sqlDB.Close()
+		_, err := session.Wrap(sqlDB)
+		if err == nil || !strings.Contains(err.Error(), "session_test.otherDriver is not supported (want pgx") {
+			t.Fatalf("Wrap of another driver: %v", err)
+		}
+	})
 }
+
+// otherDriver is a database/sql driver Wrap does not know.
+type otherDriver struct{}
+
+func (otherDriver) Open(string) (driver.Conn, error) { return nil, errors.New("not a database") }
+
+type otherConnector struct{}
+
+func (otherConnector) Connect(context.Context) (driver.Conn, error) {
+	return nil, errors.New("not a database")
+}
+func (otherConnector) Driver() driver.Driver { return otherDriver{} }
 
 // scratch creates a one-column table of the test's own and drops it when
 // the test ends.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"reflect"
 	"regexp"
 	"strings"
 	"time"
@@ -175,6 +176,11 @@ func ForDriver(d driver.Driver) (Dialect, error) {
 		return mysql{}, nil
 	case *sqlite3.SQLiteDriver:
 		return sqlite{}, nil
+	}
+	if t := reflect.TypeOf(d); t != nil && t.Kind() == reflect.Pointer && t.Elem().PkgPath() == "github.com/lib/pq" {
+		return nil, fmt.Errorf("driver %T (lib/pq) is not supported: open the pool with pgx's database/sql driver instead "+
+			"(import _ \"github.com/jackc/pgx/v5/stdlib\"; sql.Open(\"pgx\", dsn), same DSN), or use session.Open(dsn); "+
+			"elections need pgx's errors to retry conflicts and its connections to LISTEN for handoffs", d)
 	}
 	return nil, fmt.Errorf("driver %T is not supported (want pgx, go-sql-driver/mysql or mattn/go-sqlite3)", d)
 }
