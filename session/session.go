@@ -51,7 +51,10 @@ const pingTimeout = 10 * time.Second
 // port and never show the password.
 //
 // Open applies what each database needs and leaves everything else as given:
-// PostgreSQL sessions in UTC; MySQL with parseTime, UTC times, the session
+// PostgreSQL sessions in UTC, statements in pgx's exec mode (no named
+// prepared statements, so that transaction poolers such as PgBouncer work),
+// each host's connection attempt bounded by 5 s unless the DSN sets
+// connect_timeout, and TCP keepalives; MySQL with parseTime, UTC times, the session
 // time zone at +00:00, READ COMMITTED (so concurrent first elections do not
 // deadlock on gap locks) and client-side parameter interpolation (one round
 // trip a statement); SQLite in WAL mode with immediate transactions and a

@@ -7,6 +7,7 @@ import (
 	"database/sql/driver"
 	"encoding/hex"
 	"errors"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -559,4 +560,28 @@ func TestFromTxAndTransaction(t *testing.T) {
 			}
 		})
 	})
+}
+
+// TestPostgresHungFirstHost: with a multi-host DSN whose first host accepts
+// connections and never answers, Open gives that host a bounded attempt (5 s
+// when the DSN sets no connect_timeout) and reaches the second, well within
+// its own 10 s ping bound.
+func TestPostgresHungFirstHost(t *testing.T) {
+	u, err := url.Parse(serverDSN(t, testdb.PostgresEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Port() == "" {
+		u.Host = net.JoinHostPort(u.Hostname(), "5432")
+	}
+	silent := silentServer(t)
+	u.Host = silent + "," + u.Host
+	start := time.Now()
+	db := open(t, u.String())
+	took := time.Since(start)
+	works(t, db, "postgres")
+	if took < 4*time.Second || took > 9*time.Second {
+		t.Errorf("Open took %v, want about the 5 s connect timeout", took)
+	}
+	t.Logf("Open past a hung first host took %v", took)
 }

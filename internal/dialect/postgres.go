@@ -205,7 +205,24 @@ func pgHosts(cfg *pgconn.Config) string {
 	return strings.Join(hosts, ",")
 }
 
-// pgConnector is pgx's connector for dsn, with two changes.
+// pgConnectTimeout bounds each host's connection attempt when the DSN sets
+// no connect_timeout. pgx tries the hosts of a multi-host DSN in order under
+// one context: without a bound, a first host that hangs instead of refusing
+// (a frozen VM, a black-holed route) used up every attempt's whole context,
+// and a promoted replica listed second was never reached.
+const pgConnectTimeout = 5 * time.Second
+
+// pgKeepAlive probes an idle connection after 15 s and gives up on it after
+// three unanswered probes 5 s apart, so that a pooled connection to a host
+// that stopped answering is found dead within half a minute rather than the
+// operating system's default of hours (Go's own default: over two minutes).
+var pgKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: 5 * time.Second, Count: 3}
+
+// pgConnector is pgx's connector for dsn, with these changes.
+//
+// Each host's connection attempt is bounded by pgConnectTimeout unless the
+// DSN sets connect_timeout, and connections send TCP keepalives
+// (pgKeepAlive).
 //
 // Statements run in pgx's exec mode unless the DSN names another
 // (default_query_exec_mode): each is sent as an unnamed statement with its
@@ -243,6 +260,12 @@ func pgConnector(dsn string) (driver.Connector, error) {
 	if !modeSet {
 		cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
 	}
+	// connect_timeout=0 (wait for ever) is the user's choice too.
+	if pc.ConnectTimeout == 0 && !strings.Contains(strings.ToLower(dsn), "connect_timeout=") {
+		cfg.ConnectTimeout = pgConnectTimeout
+	}
+	dialer := &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAliveConfig: pgKeepAlive}
+	cfg.DialFunc = dialer.DialContext
 	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler { return closeOnCancel{c} }
 	return stdlib.GetConnector(*cfg), nil
 }
