@@ -72,10 +72,18 @@ INI
   exit 1
 }
 
+# stop fails when the process it started is gone already: PgBouncer exited
+# or crashed under the tests (its log is printed).
 stop() {
-  if ! running; then
-    echo "pgbouncer is not running (no live pid in $pidfile)"
+  if [ ! -s "$pidfile" ]; then
+    echo "pgbouncer is not running (no $pidfile)"
     return 0
+  fi
+  if ! running; then
+    echo "FAIL: pgbouncer (pid $(cat "$pidfile")) had already exited; the end of its log:" >&2
+    tail -n 30 "$dir/pgbouncer.log" >&2 || true
+    rm -f "$pidfile"
+    exit 1
   fi
   local pid
   pid=$(cat "$pidfile")
