@@ -19,7 +19,16 @@ pg_user=${PG_USER:-postgres}
 pg_db=${PG_DB:-test}
 pidfile=$dir/pgbouncer.pid
 
-running() { [ -s "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
+# running: the recorded process exists and is not a zombie (a daemon whose
+# parent does not reap it stays one after it died).
+running() {
+  [ -s "$pidfile" ] || return 1
+  local pid state
+  pid=$(cat "$pidfile")
+  kill -0 "$pid" 2>/dev/null || return 1
+  state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null || echo "")
+  [ "$state" != Z ]
+}
 
 start() {
   command -v pgbouncer >/dev/null || { echo "pgbouncer is not installed (Debian: apt-get install -y pgbouncer)" >&2; exit 1; }
@@ -89,7 +98,7 @@ stop() {
   pid=$(cat "$pidfile")
   kill "$pid"
   for _ in $(seq 1 50); do
-    kill -0 "$pid" 2>/dev/null || { echo "pgbouncer (pid $pid) stopped"; return 0; }
+    running || { echo "pgbouncer (pid $pid) stopped"; return 0; }
     sleep 0.1
   done
   echo "pgbouncer (pid $pid) did not stop on SIGTERM; sending SIGKILL" >&2
