@@ -42,6 +42,11 @@ const (
 	envUntil      = "SQLELECT_CHAOS_UNTIL"    // RFC 3339: the end of the run, the bound of retries at start
 )
 
+// refreshCandidateSQL begins the statement by which Elect refreshes the
+// caller's candidate row with times read from the database clock (a
+// heartbeat's own statement reads the clock itself: INSERT ... SELECT).
+const refreshCandidateSQL = "INSERT INTO election_candidates (namespace, candidate_id, registered_at, last_heartbeat_at, expires_at) VALUES"
+
 // event is one line a child writes to its stdout for the parent.
 type event struct {
 	// Kind is "obs" (Lease seen by Observer), "rel" (Lease about to be
@@ -131,13 +136,14 @@ func child() error {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 
-	// Count election rounds that reach the database: each Elect runs either
-	// the one-statement renewal or the transaction that locks the leader row.
+	// Count election rounds that reach the database: every Elect makes
+	// exactly one of two statements, the refresh of its candidate row with
+	// the times it read from the database clock (on the locked path and on
+	// a follower's unlocked one), or the leader's one-statement renewal.
 	var elections atomic.Int64
 	counter := &rtcount.Counter{}
-	var electSQL string
 	counter.Observe = func(_ rtcount.Kind, q string) {
-		if q == electSQL || (strings.Contains(q, "UPDATE election_leaders") && strings.Contains(q, "lease_expires_at >")) {
+		if strings.HasPrefix(q, refreshCandidateSQL) || (strings.Contains(q, "UPDATE election_leaders") && strings.Contains(q, "lease_expires_at >")) {
 			elections.Add(1)
 		}
 	}
@@ -163,7 +169,6 @@ func child() error {
 	if err != nil {
 		return err
 	}
-	electSQL = d.SelectLeader(dialect.UpdateLock)
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	var (
