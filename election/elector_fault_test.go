@@ -324,6 +324,7 @@ type tagged struct {
 func TestHandoffAcrossPools(t *testing.T) {
 	for _, tg := range testdb.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
+			testdb.SkipWithoutNotifications(t, tg)
 			dsn, dbA := testdb.Shared(t, tg)
 			dbB := testdb.OpenDSN(t, dsn)
 			ns := testdb.Namespace(t)
@@ -391,6 +392,7 @@ func TestHandoffListener(t *testing.T) {
 	if pg == nil {
 		t.Skip("PostgreSQL not configured")
 	}
+	testdb.SkipWithoutNotifications(t, *pg)
 	db := testdb.Open(t, *pg)
 	ns := testdb.Namespace(t)
 	e := newTestElection(t, db, ns, 3*time.Second)
@@ -469,6 +471,7 @@ func TestHandoffListener(t *testing.T) {
 func TestHandoffFromProtocolCalls(t *testing.T) {
 	for _, tg := range testdb.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
+			testdb.SkipWithoutNotifications(t, tg)
 			dsn, db := testdb.Shared(t, tg)
 			other := testdb.OpenDSN(t, dsn)
 			ns := testdb.Namespace(t)

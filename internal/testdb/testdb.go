@@ -44,6 +44,16 @@ const (
 // through a pooler in transaction mode (PostgresPoolerEnv).
 func TransactionPooler() bool { return os.Getenv(PostgresPoolerEnv) == "transaction" }
 
+// SkipWithoutNotifications skips tb on a PostgreSQL target reached through
+// a transaction pooler, where LISTEN never delivers and the library polls
+// instead: for tests that require the notifications themselves.
+func SkipWithoutNotifications(tb testing.TB, tg Target) {
+	tb.Helper()
+	if tg.Name == "postgres" && TransactionPooler() {
+		tb.Skip("notifications are not delivered through a transaction pooler (the library polls; see TestHandoffThroughPooler)")
+	}
+}
+
 // Target is one database to run tests against.
 type Target struct {
 	// Name is "sqlite", "postgres" or "mysql".
