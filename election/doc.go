@@ -84,7 +84,10 @@
 // loser's insert is a no-op and it locks the new row and decides again,
 // once. On MySQL and MariaDB, Elect's own transactions run at READ
 // COMMITTED: at REPEATABLE READ a locking read of a missing row takes gap
-// locks, and concurrent first elections deadlock.
+// locks, and concurrent first elections deadlock. A candidate that can only
+// lose (another candidate's lease is live by the database clock) learns it
+// from an unlocked read and refreshes its own row without locking the seat,
+// so followers never queue behind the leader or make it wait.
 //
 // # Guarantees
 //
