@@ -155,8 +155,8 @@
 //     WithTx), and the namespace rules.
 //   - errors.go: the sentinel errors.
 //   - protocol.go: the calls, RegisterCandidate to Prune, one transaction
-//     or statement each.
-//   - queries.go: the SQL of those calls, built once from the dialect.
+//     or statement each. Their SQL is not here: internal/dialect writes
+//     every statement, once per database (dialect.Statements).
 //   - retry.go: where a call runs (the caller's transaction, statements of
 //     their own, or a transaction of its own), retries of transient
 //     conflicts, and how errors become the sentinels.

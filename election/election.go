@@ -25,7 +25,7 @@ type Election struct {
 	expire    time.Duration
 	log       *slog.Logger
 	txOpts    *sql.TxOptions
-	q         queries
+	q         *dialect.Statements // the protocol's SQL, shared by every Election on the dialect
 
 	mu        sync.Mutex
 	held      map[uuid.UUID]Lease // leases this value granted or renewed, for the one-statement renewal
@@ -118,7 +118,7 @@ func NewContext(ctx context.Context, db *gorm.DB, opts ...Option) (*Election, er
 		expire:    c.expire,
 		log:       c.logger.With("namespace", c.namespace),
 		txOpts:    txOpts,
-		q:         buildQueries(d),
+		q:         d.Statements(),
 		held:      map[uuid.UUID]Lease{},
 	}
 	// Every vacated seat wakes the Electors waiting for it (handoff.go),

@@ -2,6 +2,7 @@ package election
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"io"
 	"log/slog"
@@ -241,9 +242,13 @@ func leaseLiveByDBClock(t testing.TB, db *gorm.DB, ns string) (live bool, expire
 	if err != nil {
 		t.Fatal(err)
 	}
-	var exp, dbNow dialect.Time
-	q := d.Rebind("SELECT lease_expires_at, " + d.Now() + " FROM election_leaders WHERE namespace = ?")
-	if err := testdb.Raw(t, db).QueryRow(q, ns).Scan(&exp, &dbNow); err != nil {
+	var (
+		exp, dbNow, acquired dialect.Time
+		leader               sql.NullString
+		term                 sql.NullInt64
+	)
+	q := d.Statements().SelectLeader[dialect.NoLock]
+	if err := testdb.Raw(t, db).QueryRow(q, ns).Scan(&dbNow, &leader, &term, &exp, &acquired); err != nil {
 		t.Errorf("reading the lease: %v", err)
 		return false, time.Time{}, time.Time{}
 	}
@@ -270,7 +275,7 @@ func readDBClock(t testing.TB, db *gorm.DB) dbClock {
 	for i := 0; i < 5; i++ {
 		var now dialect.Time
 		t0 := time.Now()
-		if err := pool.QueryRow("SELECT " + d.Now()).Scan(&now); err != nil {
+		if err := pool.QueryRow(d.Statements().Clock).Scan(&now); err != nil {
 			t.Fatalf("reading the database clock: %v", err)
 		}
 		t1 := time.Now()

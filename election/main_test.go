@@ -168,7 +168,7 @@ func dbNow(t testing.TB, db *gorm.DB) time.Time {
 		t.Fatal(err)
 	}
 	var now dialect.Time
-	if err := testdb.Raw(t, db).QueryRow("SELECT " + d.Now()).Scan(&now); err != nil {
+	if err := testdb.Raw(t, db).QueryRow(d.Statements().Clock).Scan(&now); err != nil {
 		t.Fatalf("reading the database clock: %v", err)
 	}
 	return now.Time

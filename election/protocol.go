@@ -33,7 +33,7 @@ func (e *Election) register(ctx context.Context, op string, id uuid.UUID, opts [
 		return fmt.Errorf("%w: %s", ErrInvalidCandidate, op)
 	}
 	return e.autocommit(ctx, op, opts, func(conn gorm.ConnPool, _ bool) error {
-		_, err := conn.ExecContext(ctx, e.q.upsertNow, e.namespace, id, e.d.DurationArg(e.expire))
+		_, err := conn.ExecContext(ctx, e.q.UpsertNow, e.namespace, id, e.d.DurationArg(e.expire))
 		return err
 	})
 }
@@ -145,7 +145,7 @@ func (e *Election) elect(ctx context.Context, conn gorm.ConnPool, id uuid.UUID) 
 		mine := Lease{Namespace: e.namespace, Leader: id, ExpiresAt: expires}
 		switch {
 		case !s.exists:
-			n, err := affected(conn.ExecContext(ctx, e.q.insertLeader, e.namespace, id, exp, now, now))
+			n, err := affected(conn.ExecContext(ctx, e.q.InsertLeader, e.namespace, id, exp, now, now))
 			if err != nil {
 				return Lease{}, false, err
 			}
@@ -158,13 +158,13 @@ func (e *Election) elect(ctx context.Context, conn gorm.ConnPool, id uuid.UUID) 
 			e.log.Debug("election: first leader of namespace", "leader", id, "term", 1)
 			return mine, false, nil
 		case s.leader == id && s.live():
-			if _, err := conn.ExecContext(ctx, e.q.keepLease, exp, now, e.namespace, id, s.term); err != nil {
+			if _, err := conn.ExecContext(ctx, e.q.KeepLease, exp, now, e.namespace, id, s.term); err != nil {
 				return Lease{}, false, err
 			}
 			mine.Term, mine.AcquiredAt = s.term, s.acquired
 			return mine, false, nil
 		case !s.live():
-			n, err := affected(conn.ExecContext(ctx, e.q.grant, id, exp, now, now, e.namespace, s.term))
+			n, err := affected(conn.ExecContext(ctx, e.q.Grant, id, exp, now, now, e.namespace, s.term))
 			if err != nil {
 				return Lease{}, false, err
 			}
@@ -196,7 +196,7 @@ func (e *Election) elect(ctx context.Context, conn gorm.ConnPool, id uuid.UUID) 
 func (e *Election) refreshAt(ctx context.Context, conn gorm.ConnPool, id uuid.UUID, now time.Time) error {
 	now = now.Truncate(time.Microsecond)
 	at, exp := e.d.TimeArg(now), e.d.TimeArg(now.Add(e.expire).Truncate(time.Microsecond))
-	_, err := conn.ExecContext(ctx, e.q.upsertAt, e.namespace, id, at, at, exp)
+	_, err := conn.ExecContext(ctx, e.q.UpsertAt, e.namespace, id, at, at, exp)
 	return err
 }
 
@@ -215,7 +215,7 @@ func (e *Election) IsLeader(ctx context.Context, id uuid.UUID, opts ...CallOptio
 	}
 	var n int64
 	err := e.autocommit(ctx, "IsLeader", opts, func(conn gorm.ConnPool, _ bool) error {
-		return conn.QueryRowContext(ctx, e.q.isLeader, e.namespace, id).Scan(&n)
+		return conn.QueryRowContext(ctx, e.q.IsLeader, e.namespace, id).Scan(&n)
 	})
 	return n > 0, err
 }
@@ -242,7 +242,7 @@ func (e *Election) ListCandidates(ctx context.Context, opts ...CallOption) ([]uu
 	out := []uuid.UUID{}
 	err := e.autocommit(ctx, "ListCandidates", opts, func(conn gorm.ConnPool, _ bool) error {
 		out = out[:0]
-		rows, err := conn.QueryContext(ctx, e.q.list, e.namespace)
+		rows, err := conn.QueryContext(ctx, e.q.List, e.namespace)
 		if err != nil {
 			return err
 		}
@@ -271,11 +271,11 @@ func (e *Election) UnregisterCandidate(ctx context.Context, id uuid.UUID, opts .
 		return fmt.Errorf("%w: UnregisterCandidate", ErrInvalidCandidate)
 	}
 	err := e.transaction(ctx, "UnregisterCandidate", opts, func(conn gorm.ConnPool, _ bool) error {
-		n, err := affected(conn.ExecContext(ctx, e.q.vacate, e.namespace, id))
+		n, err := affected(conn.ExecContext(ctx, e.q.Vacate, e.namespace, id))
 		if err != nil {
 			return err
 		}
-		if _, err := conn.ExecContext(ctx, e.q.deleteCandidate, e.namespace, id); err != nil {
+		if _, err := conn.ExecContext(ctx, e.q.DeleteCandidate, e.namespace, id); err != nil {
 			return err
 		}
 		if n > 0 {
@@ -295,7 +295,7 @@ func (e *Election) Resign(ctx context.Context, id uuid.UUID, opts ...CallOption)
 		return fmt.Errorf("%w: Resign", ErrInvalidCandidate)
 	}
 	err := e.transaction(ctx, "Resign", opts, func(conn gorm.ConnPool, _ bool) error {
-		n, err := affected(conn.ExecContext(ctx, e.q.vacate, e.namespace, id))
+		n, err := affected(conn.ExecContext(ctx, e.q.Vacate, e.namespace, id))
 		if err != nil || n == 0 {
 			return err
 		}
@@ -349,7 +349,7 @@ func (e *Election) Prune(ctx context.Context, opts ...CallOption) (int, error) {
 	var n int
 	err := e.autocommit(ctx, "Prune", opts, func(conn gorm.ConnPool, _ bool) error {
 		n = 0
-		rows, err := conn.QueryContext(ctx, e.q.expired, e.namespace, e.d.DurationArg(-e.expire))
+		rows, err := conn.QueryContext(ctx, e.q.Expired, e.namespace, e.d.DurationArg(-e.expire))
 		if err != nil {
 			return err
 		}
@@ -369,7 +369,7 @@ func (e *Election) Prune(ctx context.Context, opts ...CallOption) (int, error) {
 		// One row at a time, by primary key: no range locks, and a
 		// candidate that came back since the SELECT is kept.
 		for _, id := range ids {
-			m, err := affected(conn.ExecContext(ctx, e.q.prune, e.namespace, id, e.d.DurationArg(-e.expire)))
+			m, err := affected(conn.ExecContext(ctx, e.q.Prune, e.namespace, id, e.d.DurationArg(-e.expire)))
 			if err != nil {
 				return err
 			}

@@ -64,7 +64,7 @@ func (e *Election) readSeat(ctx context.Context, conn gorm.ConnPool, lock dialec
 		leader        uuid.NullUUID
 		term          sql.NullInt64
 	)
-	if err := conn.QueryRowContext(ctx, e.q.selectLeader[lock], e.namespace).Scan(&now, &leader, &term, &exp, &acq); err != nil {
+	if err := conn.QueryRowContext(ctx, e.q.SelectLeader[lock], e.namespace).Scan(&now, &leader, &term, &exp, &acq); err != nil {
 		return seat{}, err
 	}
 	s := seat{now: now.Time, exists: term.Valid, term: term.Int64, expires: exp.Time, acquired: acq.Time}

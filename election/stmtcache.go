@@ -153,7 +153,7 @@ func (e *Election) conn(tx gorm.ConnPool) gorm.ConnPool {
 		return e.db.Statement.ConnPool
 	}
 	if tx == nil {
-		e.stmts.warm(context.Background(), e.q.all())
+		e.stmts.warm(context.Background(), e.q.All())
 		return cachedConn{c: e.stmts}
 	}
 	if sqlTx, ok := tx.(*sql.Tx); ok {

@@ -1,7 +1,10 @@
 // Package dialect is the one place where PostgreSQL, MySQL/MariaDB and SQLite
-// differ. Everything else in the module writes portable SQL with ? markers and
-// asks a Dialect for the pieces that cannot be portable: the database clock,
-// row locks, upserts, error codes and the settings a database needs.
+// differ, and the home of the election protocol's SQL. statements.go writes
+// the statements once, in portable SQL, and asks each database's file for
+// the pieces that cannot be portable: the database clock, row locks and
+// upserts. A Dialect gives the rest of the module those statements
+// (Statements), the bound form of durations and times, the one-statement
+// renewal, error classes and the settings a database needs.
 package dialect
 
 import (
@@ -47,42 +50,22 @@ type Renewed struct {
 	ExpiresAt time.Time
 }
 
-// Dialect is implemented once per database. Query strings it returns use ?
-// markers unless documented otherwise; Rebind turns them into the driver's
-// form.
+// Dialect is implemented once per database.
 type Dialect interface {
 	// Name is the dialect's name as GORM reports it: postgres, mysql or sqlite.
 	Name() string
 	// Gorm returns a GORM dialector running on pool.
 	Gorm(pool *sql.DB) gorm.Dialector
-	// Rebind rewrites ? markers into the driver's placeholder form.
+	// Statements are the protocol's statements on this database, built
+	// once. The value is shared and must not be changed.
+	Statements() *Statements
+	// Rebind rewrites ? markers into the driver's placeholder form, for the
+	// few statements written elsewhere (package migrate's bookkeeping).
 	Rebind(query string) string
-	// Now is an SQL expression for the database clock in UTC, read when the
-	// expression is evaluated, not when the transaction began.
-	Now() string
-	// NowPlus is Now plus a duration given as the expression's one bound
-	// parameter, whose value DurationArg makes.
-	NowPlus() string
-	// Plus is the timestamp expression expr plus a duration given as the
-	// expression's one bound parameter, whose value DurationArg makes.
-	Plus(expr string) string
-	// DurationArg is the bound value NowPlus expects for d.
+	// DurationArg is the bound value a statement expects for a duration d.
 	DurationArg(d time.Duration) any
 	// TimeArg is the bound value for a timestamp column.
 	TimeArg(t time.Time) any
-	// UpsertCandidate is the clause appended to
-	// INSERT INTO election_candidates (...) VALUES (...) that refreshes
-	// last_heartbeat_at and expires_at of an existing row.
-	UpsertCandidate() string
-	// InsertIgnore is the clause appended to an INSERT into election_leaders
-	// that makes a duplicate namespace a no-op (zero rows affected).
-	InsertIgnore() string
-	// SelectLeader returns a query with one marker (the namespace) yielding
-	// exactly one row: db_now, leader_id, term, lease_expires_at, acquired_at.
-	// The leader columns are NULL when the namespace has no row. db_now is read
-	// after the lock was granted. With UpdateLock, a dialect without row locks
-	// may create the missing row, vacant with term 0, to take its lock.
-	SelectLeader(lock Lock) string
 	// Renew renews in one statement a lease the candidate holds with the given
 	// term, and refreshes its candidate row. ok is false when the lease is not
 	// held with that term or has expired; nothing is changed then.

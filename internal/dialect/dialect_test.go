@@ -114,7 +114,7 @@ func TestClock(t *testing.T) {
 			raw := testdb.Raw(t, db)
 			for _, delta := range []time.Duration{time.Second, -1500 * time.Millisecond, 250 * time.Millisecond} {
 				var now, later dialect.Time
-				q := d.Rebind("SELECT " + d.Now() + ", " + d.NowPlus())
+				q := dialect.ClockPlus(d)
 				if err := raw.QueryRow(q, d.DurationArg(delta)).Scan(&now, &later); err != nil {
 					t.Fatalf("%s: %v", q, err)
 				}
@@ -122,7 +122,7 @@ func TestClock(t *testing.T) {
 					t.Fatalf("NULL clock: %+v %+v", now, later)
 				}
 				if got := later.Time.Sub(now.Time); got < delta-time.Millisecond || got > delta+100*time.Millisecond {
-					t.Errorf("NowPlus(%v) - Now = %v", delta, got)
+					t.Errorf("now plus %v - now = %v", delta, got)
 				}
 				if off := time.Since(now.Time); off < -time.Minute || off > time.Minute {
 					t.Errorf("the database clock %v is %v from this host's: not UTC?", now.Time, off)
@@ -307,7 +307,7 @@ func TestSelectLeaderShape(t *testing.T) {
 					leader        sql.NullString
 					term          sql.NullInt64
 				)
-				err = tx.QueryRow(d.SelectLeader(lock), testdb.Namespace(t)).Scan(&now, &leader, &term, &exp, &acq)
+				err = tx.QueryRow(d.Statements().SelectLeader[lock], testdb.Namespace(t)).Scan(&now, &leader, &term, &exp, &acq)
 				tx.Rollback()
 				if err != nil {
 					t.Fatalf("lock %d: %v", lock, err)

@@ -23,21 +23,25 @@ type mysql struct{}
 
 var _ Dialect = mysql{}
 
+var myStatements = build(mysql{})
+
 func (mysql) Name() string                    { return "mysql" }
+func (mysql) Statements() *Statements         { return myStatements }
 func (mysql) Rebind(q string) string          { return q }
-func (mysql) Now() string                     { return "SYSDATE(6)" }
-func (d mysql) NowPlus() string               { return d.Plus(d.Now()) }
-func (mysql) Plus(expr string) string         { return "(" + expr + " + INTERVAL ? MICROSECOND)" }
+func (mysql) rebind(q string) string          { return q }
+func (mysql) now() string                     { return "SYSDATE(6)" }
+func (d mysql) nowPlus() string               { return d.plus(d.now()) }
+func (mysql) plus(expr string) string         { return "(" + expr + " + INTERVAL ? MICROSECOND)" }
 func (mysql) DurationArg(d time.Duration) any { return d.Microseconds() }
 func (mysql) TimeArg(t time.Time) any         { return t.UTC() }
 
-func (mysql) UpsertCandidate() string {
+func (mysql) upsertCandidate() string {
 	return "ON DUPLICATE KEY UPDATE last_heartbeat_at = VALUES(last_heartbeat_at), expires_at = VALUES(expires_at)"
 }
 
-func (mysql) InsertIgnore() string { return "ON DUPLICATE KEY UPDATE namespace = namespace" }
+func (mysql) insertIgnore() string { return "ON DUPLICATE KEY UPDATE namespace = namespace" }
 
-func (mysql) SelectLeader(lock Lock) string {
+func (mysql) selectLeader(lock Lock) string {
 	suffix := ""
 	switch lock {
 	case ShareLock:

@@ -29,23 +29,27 @@ type postgres struct{}
 
 var _ Dialect = postgres{}
 
-func (postgres) Name() string           { return "postgres" }
-func (postgres) Rebind(q string) string { return rebindDollar(q) }
-func (postgres) Now() string            { return "clock_timestamp()" }
-func (d postgres) NowPlus() string      { return d.Plus(d.Now()) }
-func (postgres) Plus(expr string) string {
+var pgStatements = build(postgres{})
+
+func (postgres) Name() string            { return "postgres" }
+func (postgres) Statements() *Statements { return pgStatements }
+func (postgres) Rebind(q string) string  { return rebindDollar(q) }
+func (postgres) rebind(q string) string  { return rebindDollar(q) }
+func (postgres) now() string             { return "clock_timestamp()" }
+func (d postgres) nowPlus() string       { return d.plus(d.now()) }
+func (postgres) plus(expr string) string {
 	return "(" + expr + " + CAST(? AS bigint) * interval '1 microsecond')"
 }
 func (postgres) DurationArg(d time.Duration) any { return d.Microseconds() }
 func (postgres) TimeArg(t time.Time) any         { return t.UTC() }
 
-func (postgres) UpsertCandidate() string {
+func (postgres) upsertCandidate() string {
 	return "ON CONFLICT (namespace, candidate_id) DO UPDATE SET last_heartbeat_at = excluded.last_heartbeat_at, expires_at = excluded.expires_at"
 }
 
-func (postgres) InsertIgnore() string { return "ON CONFLICT (namespace) DO NOTHING" }
+func (postgres) insertIgnore() string { return "ON CONFLICT (namespace) DO NOTHING" }
 
-func (postgres) SelectLeader(lock Lock) string {
+func (postgres) selectLeader(lock Lock) string {
 	// FOR UPDATE cannot apply to the nullable side of an outer join, so the
 	// lock is taken in a CTE; the clock is read in the outer query, after it.
 	suffix := ""

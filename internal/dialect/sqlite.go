@@ -28,13 +28,17 @@ const sqliteNow = "(strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')"
 // sqliteLayout is how timestamps are written: the same shape as sqliteNow.
 const sqliteLayout = "2006-01-02 15:04:05.000000"
 
-func (sqlite) Name() string           { return "sqlite" }
-func (sqlite) Rebind(q string) string { return q }
-func (sqlite) Now() string            { return sqliteNow }
-func (sqlite) NowPlus() string {
+var sqliteStatements = build(sqlite{})
+
+func (sqlite) Name() string            { return "sqlite" }
+func (sqlite) Statements() *Statements { return sqliteStatements }
+func (sqlite) Rebind(q string) string  { return q }
+func (sqlite) rebind(q string) string  { return q }
+func (sqlite) now() string             { return sqliteNow }
+func (sqlite) nowPlus() string {
 	return "(strftime('%Y-%m-%d %H:%M:%f', 'now', ?) || '000')"
 }
-func (sqlite) Plus(expr string) string {
+func (sqlite) plus(expr string) string {
 	return "(strftime('%Y-%m-%d %H:%M:%f', " + expr + ", ?) || '000')"
 }
 func (sqlite) DurationArg(d time.Duration) any {
@@ -42,13 +46,13 @@ func (sqlite) DurationArg(d time.Duration) any {
 }
 func (sqlite) TimeArg(t time.Time) any { return t.UTC().Format(sqliteLayout) }
 
-func (sqlite) UpsertCandidate() string {
+func (sqlite) upsertCandidate() string {
 	return "ON CONFLICT (namespace, candidate_id) DO UPDATE SET last_heartbeat_at = excluded.last_heartbeat_at, expires_at = excluded.expires_at"
 }
 
-func (sqlite) InsertIgnore() string { return "ON CONFLICT (namespace) DO NOTHING" }
+func (sqlite) insertIgnore() string { return "ON CONFLICT (namespace) DO NOTHING" }
 
-// SelectLeader with UpdateLock reads the row with a write: an upsert that
+// selectLeader with UpdateLock reads the row with a write: an upsert that
 // creates the namespace's row vacant with term 0 when it is missing, changes
 // nothing when it exists, and returns it. A transaction that reads first and
 // writes later can fail with SQLITE_BUSY without waiting when another
@@ -57,7 +61,7 @@ func (sqlite) InsertIgnore() string { return "ON CONFLICT (namespace) DO NOTHING
 // serializes elections. Reading and locking in one statement saves the round
 // trip a separate locking write would cost. The vacant row is what the
 // schema's term default describes; the protocol grants it as term 1.
-func (sqlite) SelectLeader(lock Lock) string {
+func (sqlite) selectLeader(lock Lock) string {
 	if lock == UpdateLock {
 		return "INSERT INTO election_leaders (namespace, leader_id, term, lease_expires_at, acquired_at, updated_at) " +
 			"VALUES (?, NULL, 0, NULL, NULL, " + sqliteNow + ") ON CONFLICT (namespace) DO UPDATE SET term = term " +
@@ -70,7 +74,7 @@ func (sqlite) SelectLeader(lock Lock) string {
 func (d sqlite) Renew(ctx context.Context, conn gorm.ConnPool, ns string, id uuid.UUID, term int64, expire time.Duration) (Renewed, bool, error) {
 	var exp Time
 	err := conn.QueryRowContext(ctx,
-		"UPDATE election_leaders SET lease_expires_at = "+d.NowPlus()+", updated_at = "+sqliteNow+
+		"UPDATE election_leaders SET lease_expires_at = "+d.nowPlus()+", updated_at = "+sqliteNow+
 			" WHERE namespace = ? AND leader_id = ? AND term = ? AND lease_expires_at > "+sqliteNow+
 			" RETURNING lease_expires_at",
 		d.DurationArg(expire), ns, id, term).Scan(&exp)
@@ -82,7 +86,7 @@ func (d sqlite) Renew(ctx context.Context, conn gorm.ConnPool, ns string, id uui
 	}
 	_, err = conn.ExecContext(ctx,
 		"INSERT INTO election_candidates (namespace, candidate_id, registered_at, last_heartbeat_at, expires_at) VALUES (?, ?, "+
-			sqliteNow+", "+sqliteNow+", "+d.NowPlus()+") "+d.UpsertCandidate(),
+			sqliteNow+", "+sqliteNow+", "+d.nowPlus()+") "+d.upsertCandidate(),
 		ns, id, d.DurationArg(expire))
 	if err != nil {
 		return Renewed{}, false, err

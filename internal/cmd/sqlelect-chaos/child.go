@@ -182,7 +182,7 @@ func child() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		var now dialect.Time
-		if err := db.WithContext(ctx).Raw("SELECT " + d.Now()).Row().Scan(&now); err != nil {
+		if err := db.WithContext(ctx).Raw(d.Statements().Clock).Row().Scan(&now); err != nil {
 			return time.Time{}
 		}
 		return now.Time
