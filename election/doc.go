@@ -62,10 +62,14 @@
 // even when the old leader was paused (GC, SIGSTOP, a slow network) past
 // its lease.
 //
-// Renewals and resignations touch only the caller's own term: the
-// one-statement renewal is an UPDATE guarded by leader_id, term and the
-// lease still being live, so a candidate that slept through its term cannot
-// extend someone else's.
+// Renewals touch only the caller's own term: the one-statement renewal is an
+// UPDATE guarded by leader_id, term and the lease still being live, so a
+// candidate that slept through its term cannot extend someone else's. An
+// Elector resigning while it leads vacates only the term it leads in, so a
+// resignation can never vacate a newer term of the same candidate.
+// UnregisterCandidate and Resign are given a candidate, not a term: they
+// vacate the seat in whatever term that candidate holds, as does the final
+// unregistration when an Elector's Run returns.
 //
 // # Transactions
 //

@@ -338,8 +338,9 @@ func (el *Elector) Run(ctx context.Context) error {
 }
 
 // Resign gives up leadership without stopping: the Elector stops leading
-// (cancelling the leader's context), vacates the seat if it holds it, which
-// wakes the other candidates, and stays a candidate. It does not try to win
+// (cancelling the leader's context), vacates the seat if it holds it (in
+// the term it leads in, when it leads), which wakes the other candidates,
+// and stays a candidate. It does not try to win
 // again before its next tick has passed (it then only heartbeats and looks
 // at the seat), unless another candidate vacates the seat before that. It
 // does not wait for OnStartedLeading to return. Resigning while not
@@ -529,13 +530,19 @@ func (el *Elector) observeRound(ctx context.Context) (err error) {
 	return nil
 }
 
+// doResign stops leading and vacates the seat. A leader vacates only the
+// term it leads in, which its rounds keep current; an Elector that is not
+// leading knows no term and vacates whatever its candidate holds (a lease
+// granted by a round whose answer was lost).
 func (el *Elector) doResign(ctx context.Context) error {
+	term := int64(anyTerm)
 	el.mu.Lock()
 	if el.cur != nil {
+		term = el.cur.lease.Term
 		el.stopLocked("resigned")
 	}
 	el.mu.Unlock()
-	return el.e.Resign(ctx, el.id)
+	return el.e.vacate(ctx, "Resign", el.id, term, false, nil)
 }
 
 // observe records a lease seen in a round and reports a change of leader or

@@ -263,43 +263,58 @@ func (e *Election) ListCandidates(ctx context.Context, opts ...CallOption) ([]uu
 }
 
 // UnregisterCandidate deletes candidate id's row. If id was the leader, it
-// also vacates the seat so another candidate can take over at once, instead
-// of waiting for the lease to expire. The term is kept; the next grant
-// increases it. Unregistering an unknown candidate is not an error.
+// also vacates the seat, in whatever term id holds it, so another candidate
+// can take over at once, instead of waiting for the lease to expire. The
+// term is kept; the next grant increases it. Unregistering an unknown
+// candidate is not an error.
 func (e *Election) UnregisterCandidate(ctx context.Context, id uuid.UUID, opts ...CallOption) error {
 	if id == uuid.Nil {
 		return fmt.Errorf("%w: UnregisterCandidate", ErrInvalidCandidate)
 	}
-	err := e.transaction(ctx, "UnregisterCandidate", opts, func(conn gorm.ConnPool, _ bool) error {
-		n, err := affected(conn.ExecContext(ctx, e.q.Vacate, e.namespace, id))
+	return e.vacate(ctx, "UnregisterCandidate", id, anyTerm, true, opts)
+}
+
+// Resign gives up the lease of candidate id, in whatever term id holds it,
+// and leaves the seat vacant for the next Elect of any candidate; id stays a
+// candidate. It is not an error when id does not lead.
+func (e *Election) Resign(ctx context.Context, id uuid.UUID, opts ...CallOption) error {
+	if id == uuid.Nil {
+		return fmt.Errorf("%w: Resign", ErrInvalidCandidate)
+	}
+	return e.vacate(ctx, "Resign", id, anyTerm, false, opts)
+}
+
+// anyTerm, as vacate's term, vacates the seat in whatever term id holds it.
+// Granted terms start at 1.
+const anyTerm = 0
+
+// vacate clears the seat in one transaction if id holds it: in term only,
+// unless term is anyTerm, so that a caller that resigns the term it knows
+// can never vacate a newer term of the same candidate. With unregister it
+// also deletes id's candidate row. Vacating wakes the other candidates.
+func (e *Election) vacate(ctx context.Context, op string, id uuid.UUID, term int64, unregister bool, opts []CallOption) error {
+	err := e.transaction(ctx, op, opts, func(conn gorm.ConnPool, _ bool) error {
+		var (
+			n   int64
+			err error
+		)
+		if term == anyTerm {
+			n, err = affected(conn.ExecContext(ctx, e.q.Vacate, e.namespace, id))
+		} else {
+			n, err = affected(conn.ExecContext(ctx, e.q.VacateTerm, e.namespace, id, term))
+		}
 		if err != nil {
 			return err
 		}
-		if _, err := conn.ExecContext(ctx, e.q.DeleteCandidate, e.namespace, id); err != nil {
-			return err
+		if unregister {
+			if _, err := conn.ExecContext(ctx, e.q.DeleteCandidate, e.namespace, id); err != nil {
+				return err
+			}
 		}
 		if n > 0 {
 			return e.runVacated(ctx, conn, id)
 		}
 		return nil
-	})
-	e.forget(id)
-	return err
-}
-
-// Resign gives up the lease of candidate id, if it holds it, and leaves the
-// seat vacant for the next Elect of any candidate; id stays a candidate. It
-// is not an error when id does not lead.
-func (e *Election) Resign(ctx context.Context, id uuid.UUID, opts ...CallOption) error {
-	if id == uuid.Nil {
-		return fmt.Errorf("%w: Resign", ErrInvalidCandidate)
-	}
-	err := e.transaction(ctx, "Resign", opts, func(conn gorm.ConnPool, _ bool) error {
-		n, err := affected(conn.ExecContext(ctx, e.q.Vacate, e.namespace, id))
-		if err != nil || n == 0 {
-			return err
-		}
-		return e.runVacated(ctx, conn, id)
 	})
 	e.forget(id)
 	return err
