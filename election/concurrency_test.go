@@ -1,7 +1,6 @@
 package election_test
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -63,7 +62,8 @@ func raceFresh(t *testing.T, db *gorm.DB, n, rounds int) {
 			es[i] = mustElection(t, db, ns, election.WithLogger(tally.logger()))
 		}
 		start := make(chan struct{})
-		l := &ledger{}
+		l := newLedger()
+		seen := make([][]election.Lease, n) // by goroutine
 		var wg sync.WaitGroup
 		for g := 0; g < n; g++ {
 			wg.Add(1)
@@ -75,28 +75,27 @@ func raceFresh(t *testing.T, db *gorm.DB, n, rounds int) {
 				for i := 1; i <= 2; i++ {
 					lease, err := es[g%len(es)].Elect(ctx, id)
 					if err != nil {
-						l.add(observation{Observer: name, Seq: i, Kind: "error", Op: "Elect", Candidate: id, Err: err.Error()})
+						l.fail(name, "Elect", id, err)
 						continue
 					}
-					l.add(observation{Observer: name, Seq: i, Kind: "elect", Candidate: id, Leader: lease.Leader, Term: lease.Term, Acquired: lease.AcquiredAt, Expires: lease.ExpiresAt})
+					l.elect(name, lease)
+					seen[g] = append(seen[g], lease)
 				}
 			}()
 		}
 		close(start)
 		wg.Wait()
-		obs := l.all()
-		v := checkLeases(obs)
-		v.report(t)
+		res := l.check(t)
 		tally.report(t)
-		if v.Terms != 1 {
-			t.Errorf("round %d: %d terms, want exactly term 1", r, v.Terms)
+		if res.Terms != 1 {
+			t.Errorf("round %d: %d terms, want exactly term 1", r, res.Terms)
 		}
 		winners := map[uuid.UUID]bool{}
-		for _, o := range obs {
-			if o.Kind == "elect" {
-				winners[o.Leader] = true
-				if o.Term != 1 {
-					t.Errorf("round %d: %s saw term %d", r, o.Observer, o.Term)
+		for g, leases := range seen {
+			for _, lease := range leases {
+				winners[lease.Leader] = true
+				if lease.Term != 1 {
+					t.Errorf("round %d: %d saw term %d", r, g, lease.Term)
 				}
 			}
 		}
@@ -154,14 +153,14 @@ func raceDistinct(t *testing.T, db *gorm.DB, n int) {
 func contend(t *testing.T, db *gorm.DB, existing bool) {
 	ctx := testCtx(t)
 	ns := testdb.Namespace(t)
-	l := &ledger{}
+	l := newLedger()
 	tally := newLogTally()
 	defer tally.report(t)
 	if existing {
 		pre := mustElection(t, db, ns, election.WithExpire(contendShort))
 		z := uuid.New()
 		lz := mustElect(t, pre, z)
-		l.add(observation{Observer: "setup", Seq: 1, Kind: "elect", Candidate: z, Leader: lz.Leader, Term: lz.Term, Acquired: lz.AcquiredAt, Expires: lz.ExpiresAt})
+		l.elect("setup", lz)
 	}
 	groups := make([]workload, electionGroups)
 	for i := range groups {
@@ -184,24 +183,24 @@ func contend(t *testing.T, db *gorm.DB, existing bool) {
 	}
 	close(start)
 	wg.Wait()
-	v := checkLeases(l.all())
-	v.report(t)
-	if want := contenders * contendRounds; v.Elects < want {
-		t.Errorf("%d Elect results recorded, want %d", v.Elects, want)
+	res := l.check(t)
+	if want := contenders * contendRounds; l.elects < want {
+		t.Errorf("%d Elect results recorded, want %d", l.elects, want)
 	}
-	if v.Terms < 2 {
-		t.Errorf("only %d terms: the workload never changed leaders", v.Terms)
+	if res.Terms < 2 {
+		t.Errorf("only %d terms: the workload never changed leaders", res.Terms)
 	}
 	row, ok := leaderRow(t, db, ns)
-	if !ok || row.Term < int64(v.Terms) {
-		t.Errorf("leader row %+v: its term is behind the %d terms seen", row, v.Terms)
+	if !ok || row.Term < int64(res.Terms) {
+		t.Errorf("leader row %+v: its term is behind the %d terms seen", row, res.Terms)
 	}
-	t.Logf("%d Elect calls, %d terms, %d releases", v.Elects, v.Terms, v.Releases)
+	t.Logf("%d Elect calls, %d terms, %d releases", l.elects, res.Terms, l.releases)
 }
 
 // TestMultiProcess runs the contention workload in several OS processes (the
 // test binary started again in child mode) on one database, each writing
-// every lease it saw to a file, and checks all the files together.
+// what it saw to a file (its electiontest history, failed calls, counts),
+// and checks the histories together.
 func TestMultiProcess(t *testing.T) {
 	for _, tg := range testdb.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
@@ -219,7 +218,7 @@ func TestMultiProcess(t *testing.T) {
 			}
 			children := make([]*child, multiProcs)
 			for i := range children {
-				c := &child{out: filepath.Join(dir, fmt.Sprintf("p%d.jsonl", i))}
+				c := &child{out: filepath.Join(dir, fmt.Sprintf("p%d.json", i))}
 				c.cmd = exec.Command(os.Args[0], "-test.run=^$")
 				c.cmd.Env = append(os.Environ(),
 					childEnv+"="+fmt.Sprintf("p%d", i),
@@ -249,49 +248,32 @@ func TestMultiProcess(t *testing.T) {
 			if t.Failed() {
 				return
 			}
-			var all []observation
+			all := newLedger()
 			for i, c := range children {
-				obs := readObservations(t, c.out)
-				elects := 0
-				for _, o := range obs {
-					if o.Kind == "elect" {
-						elects++
-					}
+				f := readLedger(t, c.out)
+				if want := multiGoroutines * multiRounds; f.Elects < want {
+					t.Errorf("child %d recorded %d Elect results, want %d", i, f.Elects, want)
 				}
-				if want := multiGoroutines * multiRounds; elects < want {
-					t.Errorf("child %d recorded %d Elect results, want %d", i, elects, want)
-				}
-				all = append(all, obs...)
+				all.add(f)
 			}
-			v := checkLeases(all)
-			v.report(t)
-			if v.Terms < 2 {
-				t.Errorf("only %d terms: the processes never changed leaders", v.Terms)
+			res := all.check(t)
+			if res.Terms < 2 {
+				t.Errorf("only %d terms: the processes never changed leaders", res.Terms)
 			}
-			t.Logf("%d processes: %d Elect calls, %d terms, %d releases", multiProcs, v.Elects, v.Terms, v.Releases)
+			t.Logf("%d processes: %d Elect calls, %d terms, %d releases", multiProcs, all.elects, res.Terms, all.releases)
 		})
 	}
 }
 
-func readObservations(t *testing.T, path string) []observation {
+func readLedger(t *testing.T, path string) ledgerFile {
 	t.Helper()
-	f, err := os.Open(path)
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatalf("reading a child's results: %v", err)
 	}
-	defer f.Close()
-	var out []observation
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		var o observation
-		if err := json.Unmarshal(sc.Bytes(), &o); err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		out = append(out, o)
-	}
-	if err := sc.Err(); err != nil {
+	var f ledgerFile
+	if err := json.Unmarshal(b, &f); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
-	return out
+	return f
 }

@@ -1,7 +1,6 @@
 package election_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +20,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/sqlelect/sqlelect/election"
+	"github.com/sqlelect/sqlelect/electiontest"
 	"github.com/sqlelect/sqlelect/internal/dialect"
 	"github.com/sqlelect/sqlelect/internal/testdb"
 	"github.com/sqlelect/sqlelect/models"
@@ -36,10 +35,6 @@ const (
 	childOutEnv   = "SQLELECT_CORETEST_OUT"
 	childReadyEnv = "SQLELECT_CORETEST_READY" // directory of ready files: the start barrier
 	childProcsEnv = "SQLELECT_CORETEST_PROCS" // how many children wait at the barrier
-
-	// historyEnv, when set, makes checkLeases print the observations
-	// around an overlap to stderr.
-	historyEnv = "SQLELECT_CORETEST_HISTORY"
 )
 
 // TestMain runs a child of TestMultiProcess when the environment says so,
@@ -203,162 +198,102 @@ func candidateRows(t testing.TB, db *gorm.DB, ns string) map[uuid.UUID]models.Ca
 	return out
 }
 
-// observation is one thing a worker saw: a lease Elect returned, a release
-// (the worker unregistered, giving up Term if it led it), or an error.
-type observation struct {
-	Observer  string    `json:"o"`
-	Seq       int       `json:"s"`
-	Kind      string    `json:"k"` // "elect", "release" or "error"
-	Op        string    `json:"op,omitempty"`
-	Candidate uuid.UUID `json:"c"`
-	Leader    uuid.UUID `json:"l"`
-	Term      int64     `json:"t"`
-	Acquired  time.Time `json:"a"`
-	Expires   time.Time `json:"e"`
-	Err       string    `json:"err,omitempty"`
-}
-
-// ledger collects observations from many goroutines.
+// ledger collects what the workers of a contention test saw: every lease
+// goes to an electiontest.Recorder, whose Checker judges mutual exclusion
+// (one holder and one start per term, terms in order and not overlapping
+// unless given up, no observer seeing terms go back). The ledger itself
+// keeps what the Recorder does not: failed calls and leases that are
+// malformed on their own, and counts for the test's log.
 type ledger struct {
-	mu  sync.Mutex
-	obs []observation
-	w   io.Writer // when set, every observation is also written as a JSON line
+	rec *electiontest.Recorder
+
+	mu       sync.Mutex
+	elects   int      // Elect results recorded
+	releases int      // unregistrations, of leaders or not
+	problems []string // failed calls and malformed leases
 }
 
-func (l *ledger) add(o observation) {
+func newLedger() *ledger { return &ledger{rec: electiontest.NewRecorder()} }
+
+// elect records a lease that observer's Elect returned. Each observer must
+// record from one goroutine, in the order of its calls.
+func (l *ledger) elect(observer string, lease election.Lease) {
+	l.mu.Lock()
+	l.elects++
+	switch {
+	case lease.Leader == uuid.Nil && lease.Term != 0:
+		l.problemLocked("%s: vacant lease with term %d", observer, lease.Term)
+	case lease.Leader != uuid.Nil && lease.Term <= 0:
+		l.problemLocked("%s: lease of %s with term %d", observer, lease.Leader, lease.Term)
+	case lease.Leader != uuid.Nil && !lease.ExpiresAt.After(lease.AcquiredAt):
+		l.problemLocked("%s: term %d expires at %v, not after it began at %v", observer, lease.Term, lease.ExpiresAt, lease.AcquiredAt)
+	}
+	l.mu.Unlock()
+	l.rec.Observe(observer, lease)
+}
+
+// release records, before the call, that a worker gives up lease (a
+// vacant one when it does not lead): from then on its term may end early.
+func (l *ledger) release(lease election.Lease) {
+	l.mu.Lock()
+	l.releases++
+	l.mu.Unlock()
+	l.rec.Released(lease)
+}
+
+// fail records a call that returned an error.
+func (l *ledger) fail(observer, op string, id uuid.UUID, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.obs = append(l.obs, o)
-	if l.w != nil {
-		b, _ := json.Marshal(o)
-		_, _ = l.w.Write(append(b, '\n'))
+	l.problemLocked("%s: %s(%s) failed: %v", observer, op, id, err)
+}
+
+func (l *ledger) problemLocked(format string, args ...any) {
+	if len(l.problems) < 20 {
+		l.problems = append(l.problems, fmt.Sprintf(format, args...))
 	}
 }
 
-func (l *ledger) all() []observation {
+// ledgerFile is a ledger written by a child of TestMultiProcess.
+type ledgerFile struct {
+	History  electiontest.History `json:"history"`
+	Elects   int                  `json:"elects"`
+	Releases int                  `json:"releases"`
+	Problems []string             `json:"problems"`
+}
+
+func (l *ledger) file() ledgerFile {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([]observation(nil), l.obs...)
+	return ledgerFile{History: l.rec.History(), Elects: l.elects, Releases: l.releases, Problems: l.problems}
 }
 
-// verdict sums up what checkLeases found.
-type verdict struct {
-	Elects, Terms, Releases int
-	Problems                []string
+// add merges a child's ledger into l.
+func (l *ledger) add(f ledgerFile) {
+	l.rec.Add(f.History)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.elects += f.Elects
+	l.releases += f.Releases
+	for _, p := range f.Problems {
+		l.problemLocked("%s", p)
+	}
 }
 
-// checkLeases checks a history of one namespace:
-//   - no call returned an error;
-//   - each term has exactly one leader and one start time;
-//   - the lease intervals [AcquiredAt, latest ExpiresAt seen] of different
-//     terms never overlap (all times are the database's), except that a term
-//     its leader gave up by unregistering may end before its lease would have;
-//   - terms start in order, and no observer ever saw the term go back.
-func checkLeases(obs []observation) verdict {
-	var v verdict
-	problem := func(format string, args ...any) {
-		if len(v.Problems) < 20 {
-			v.Problems = append(v.Problems, fmt.Sprintf(format, args...))
-		}
-	}
-	type termInfo struct {
-		leaders  map[uuid.UUID]bool
-		acquired map[time.Time]bool
-		start    time.Time
-		end      time.Time
-	}
-	terms := map[int64]*termInfo{}
-	released := map[int64]bool{}
-	byObserver := map[string][]observation{}
-	for _, o := range obs {
-		switch o.Kind {
-		case "error":
-			problem("%s: %s(%s) failed: %s", o.Observer, o.Op, o.Candidate, o.Err)
-			continue
-		case "release":
-			v.Releases++
-			if o.Term > 0 {
-				released[o.Term] = true
-			}
-			continue
-		}
-		v.Elects++
-		byObserver[o.Observer] = append(byObserver[o.Observer], o)
-		if o.Leader == uuid.Nil {
-			if o.Term != 0 {
-				problem("%s: vacant lease with term %d", o.Observer, o.Term)
-			}
-			continue
-		}
-		if o.Term <= 0 {
-			problem("%s: lease of %s with term %d", o.Observer, o.Leader, o.Term)
-			continue
-		}
-		if !o.Expires.After(o.Acquired) {
-			problem("%s: term %d expires at %v, not after it began at %v", o.Observer, o.Term, o.Expires, o.Acquired)
-		}
-		ti := terms[o.Term]
-		if ti == nil {
-			ti = &termInfo{leaders: map[uuid.UUID]bool{}, acquired: map[time.Time]bool{}, start: o.Acquired}
-			terms[o.Term] = ti
-		}
-		ti.leaders[o.Leader] = true
-		ti.acquired[o.Acquired.UTC()] = true
-		if o.Expires.After(ti.end) {
-			ti.end = o.Expires
-		}
-	}
-	for obsName, seq := range byObserver {
-		sort.Slice(seq, func(i, j int) bool { return seq[i].Seq < seq[j].Seq })
-		var last int64
-		for _, o := range seq {
-			if o.Term == 0 {
-				continue
-			}
-			if o.Term < last {
-				problem("%s: term went back from %d to %d", obsName, last, o.Term)
-			}
-			last = o.Term
-		}
-	}
-	ids := make([]int64, 0, len(terms))
-	for term, ti := range terms {
-		ids = append(ids, term)
-		if len(ti.leaders) != 1 {
-			problem("term %d has %d leaders: %v", term, len(ti.leaders), ti.leaders)
-		}
-		if len(ti.acquired) != 1 {
-			problem("term %d has %d start times: %v", term, len(ti.acquired), ti.acquired)
-		}
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	v.Terms = len(ids)
-	for i := 1; i < len(ids); i++ {
-		prev, cur := terms[ids[i-1]], terms[ids[i]]
-		if cur.start.Before(prev.start) {
-			problem("term %d began at %v, before term %d began at %v", ids[i], cur.start, ids[i-1], prev.start)
-		}
-		if !released[ids[i-1]] && cur.start.Before(prev.end) {
-			if os.Getenv(historyEnv) != "" {
-				for _, o := range obs {
-					if o.Term == ids[i-1] || o.Term == ids[i] || o.Kind == "release" {
-						fmt.Fprintf(os.Stderr, "history: %+v\n", o)
-					}
-				}
-			}
-			problem("term %d [%v, %v] overlaps term %d which began at %v (%v early)",
-				ids[i-1], prev.start, prev.end, ids[i], cur.start, prev.end.Sub(cur.start))
-		}
-	}
-	return v
-}
-
-// report fails t with every problem of v.
-func (v verdict) report(t testing.TB) {
+// check fails t with every problem and violation, and returns the
+// Checker's result.
+func (l *ledger) check(t testing.TB) electiontest.Result {
 	t.Helper()
-	for _, p := range v.Problems {
+	l.mu.Lock()
+	for _, p := range l.problems {
 		t.Error(p)
 	}
+	l.mu.Unlock()
+	res := l.rec.Check()
+	for _, v := range res.Violations {
+		t.Error(v)
+	}
+	return res
 }
 
 // workload is what a contending worker does: Elect in a loop, sometimes
@@ -374,13 +309,7 @@ type workload struct {
 }
 
 func (w workload) run(ctx context.Context, observer string, id uuid.UUID, rng *rand.Rand, l *ledger) {
-	seq := 0
-	note := func(o observation) {
-		seq++
-		o.Observer, o.Seq, o.Candidate = observer, seq, id
-		l.add(o)
-	}
-	fail := func(op string, err error) { note(observation{Kind: "error", Op: op, Err: err.Error()}) }
+	fail := func(op string, err error) { l.fail(observer, op, id, err) }
 	pick := func() *election.Election {
 		if rng.IntN(3) == 0 {
 			return w.long
@@ -394,16 +323,16 @@ func (w workload) run(ctx context.Context, observer string, id uuid.UUID, rng *r
 			fail("Elect", err)
 			continue
 		}
-		note(observation{Kind: "elect", Leader: lease.Leader, Term: lease.Term, Acquired: lease.AcquiredAt, Expires: lease.ExpiresAt})
+		l.elect(observer, lease)
 		leads := lease.Leader == id
 		switch {
 		case (leads && rng.IntN(4) == 0) || (!leads && rng.IntN(20) == 0):
-			var gave int64
+			var gave election.Lease
 			if leads {
-				gave = lease.Term
+				gave = lease
 			}
 			// Noted before the call: from here on the term may end early.
-			note(observation{Kind: "release", Term: gave})
+			l.release(gave)
 			if err := e.UnregisterCandidate(ctx, id); err != nil {
 				fail("UnregisterCandidate", err)
 			}
@@ -421,9 +350,9 @@ func (w workload) run(ctx context.Context, observer string, id uuid.UUID, rng *r
 }
 
 // runChild is the body of a child process of TestMultiProcess: it contends
-// for the namespace with a few goroutines and writes every observation to a
-// file as JSON lines. Errors go into the file too; the exit code is non-zero
-// only when the child could not start.
+// for the namespace with a few goroutines and writes its ledger (the
+// electiontest history, failed calls and counts) to a file as JSON. The
+// exit code is non-zero only when the child could not start.
 func runChild(name string) int {
 	fail := func(format string, args ...any) int {
 		fmt.Fprintf(os.Stderr, "child %s: "+format+"\n", append([]any{name}, args...)...)
@@ -434,7 +363,6 @@ func runChild(name string) int {
 		return fail("%v", err)
 	}
 	defer out.Close()
-	bw := bufio.NewWriter(out)
 	db, err := session.Open(os.Getenv(childDSNEnv))
 	if err != nil {
 		return fail("opening: %v", err)
@@ -473,7 +401,7 @@ func runChild(name string) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	l := &ledger{w: bw}
+	l := newLedger()
 	w := workload{short: short, long: long, rounds: multiRounds}
 	began := time.Now()
 	var wg sync.WaitGroup
@@ -485,7 +413,7 @@ func runChild(name string) int {
 		}()
 	}
 	wg.Wait()
-	if err := bw.Flush(); err != nil {
+	if err := json.NewEncoder(out).Encode(l.file()); err != nil {
 		return fail("%v", err)
 	}
 	// The parent shows this: retries the library absorbed, and warnings.
