@@ -114,7 +114,8 @@ type Elector struct {
 	seenLeader uuid.UUID
 	seenTerm   int64
 
-	// Test hooks, set by tests in this package before Run.
+	// Test hooks, set by tests in this package before Run. now is the
+	// monotonic clock of the trust window (TestTrustWindowEdges stubs it).
 	now   func() time.Time
 	hooks electorHooks
 }
