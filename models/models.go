@@ -1,13 +1,19 @@
 // Package models holds the row types of the two election tables.
 //
-// The types are plain GORM models: read them with GORM to inspect the state of
-// an election, for example in tests or an admin page. Write to the tables only
-// through package election; its calls keep the invariants (a term never goes
-// back, times come from the database clock) that direct writes would break.
+// They are for reading: the types are plain GORM models, to inspect the
+// state of an election with GORM, for example in tests or an admin page.
+// Package election does not use them; it runs its own SQL statements
+// (kept in one place, for every database). Write to the tables only
+// through package election; its calls keep the invariants (a term never
+// goes back, times come from the database clock) that direct writes would
+// break.
 //
 // The GORM tags describe a portable schema (36-character text UUIDs,
 // microsecond timestamps). migrate.Up creates the canonical schema, which on
-// PostgreSQL uses the native uuid type; both work with package election.
+// PostgreSQL uses the native uuid type; both work with package election. A
+// test checks on every database that the tables migrate.Up creates have
+// exactly the models' columns, nullability and primary keys, and that rows
+// the protocol writes read back through the models.
 package models
 
 import (
