@@ -76,11 +76,13 @@
 // Every call takes a context and accepts WithTx: it then runs inside the
 // caller's transaction, never commits or rolls it back, and its writes
 // commit or vanish with the caller's. Without WithTx each call runs in its
-// own short transaction (Elect, UnregisterCandidate, Resign) or single
-// statement (the others), and retries deadlocks, serialization failures and
-// SQLITE_BUSY with a bounded, jittered backoff. In the caller's
-// transaction those are returned at once, wrapped in ErrConflict, because
-// the database has already aborted or poisoned it.
+// own short transaction (UnregisterCandidate, Resign, and Elect when it may
+// take or change the seat) or in statements that each commit by themselves
+// (the others, and Elect's one-statement renewal and unlocked read), and
+// retries deadlocks, serialization failures and SQLITE_BUSY with a bounded,
+// jittered backoff. In the caller's transaction those are returned at once,
+// wrapped in ErrConflict, because the database has already aborted or
+// poisoned it.
 //
 // Elect locks the leader row with SELECT ... FOR UPDATE (SQLite has no row
 // locks; its single writer lock, taken first, serializes elections). When

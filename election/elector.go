@@ -339,13 +339,13 @@ func (el *Elector) Run(ctx context.Context) error {
 }
 
 // Resign gives up leadership without stopping: the Elector stops leading
-// (cancelling the leader's context), vacates the seat if it holds it (in
+// (cancelling the leader's context), vacates the seat if it holds it (only
 // the term it leads in, when it leads), which wakes the other candidates,
-// and stays a candidate. It does not try to win
-// again before its next tick has passed (it then only heartbeats and looks
-// at the seat), unless another candidate vacates the seat before that. It
-// does not wait for OnStartedLeading to return. Resigning while not
-// leading only makes the Elector skip its next tick.
+// and stays a candidate. It does not try to win again before its next tick
+// has passed (it then only heartbeats and looks at the seat), unless
+// another candidate vacates the seat before that. It does not wait for
+// OnStartedLeading to return. Resigning while not leading only makes the
+// Elector skip its next tick.
 //
 // While Run runs, the request is carried out between two rounds; ctx
 // bounds the wait and the database call. Without Run it is

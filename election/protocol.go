@@ -52,7 +52,10 @@ func (e *Election) register(ctx context.Context, op string, id uuid.UUID, opts [
 // A candidate that holds the lease through this Election renews it with a
 // single guarded statement (WHERE leader_id = id AND term = its term AND the
 // lease is live), falling back to the full transaction when that changes
-// nothing.
+// nothing. A candidate that can only lose (another candidate's lease was
+// live at the last reading) first reads the seat without locking it; if
+// the lease is still live by the database clock, it refreshes its own row
+// and returns without taking the lock.
 func (e *Election) Elect(ctx context.Context, id uuid.UUID, opts ...CallOption) (Lease, error) {
 	if id == uuid.Nil {
 		return Lease{}, fmt.Errorf("%w: Elect", ErrInvalidCandidate)

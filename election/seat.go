@@ -58,6 +58,8 @@ func (e *Election) heldByAnother(id uuid.UUID) bool {
 	return e.seen.leader != uuid.Nil && e.seen.leader != id && time.Now().Before(e.seen.until)
 }
 
+// readSeat reads the leader row with the given lock, and the database
+// clock after the lock was granted (dialect.Statements.SelectLeader).
 func (e *Election) readSeat(ctx context.Context, conn gorm.ConnPool, lock dialect.Lock) (seat, error) {
 	var (
 		now, exp, acq dialect.Time
