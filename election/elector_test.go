@@ -645,6 +645,8 @@ func TestElectorRetries(t *testing.T) {
 	}
 	startRun(t, r.el)
 	st, _ := r.waitLeading(0)
+	// OnStartedLeading can run before the winning round is reported.
+	r.waitRound("the first successful round", 0, func(rr roundReport) bool { return rr.err == nil })
 	rounds := r.rounds.snapshot()
 	if len(rounds) < 5 {
 		t.Fatalf("%d rounds, want 4 failures and a success", len(rounds))
