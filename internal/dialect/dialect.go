@@ -173,3 +173,16 @@ func rebindDollar(q string) string {
 	}
 	return b.String()
 }
+
+// endTransaction returns the function that ends the transaction a
+// LockMigrations began on conn: COMMIT when commit is set, else ROLLBACK.
+func endTransaction(conn *sql.Conn) func(commit bool) error {
+	return func(commit bool) error {
+		stmt := "ROLLBACK"
+		if commit {
+			stmt = "COMMIT"
+		}
+		_, err := conn.ExecContext(context.Background(), stmt)
+		return err
+	}
+}

@@ -137,14 +137,7 @@ func (postgres) LockMigrations(ctx context.Context, conn *sql.Conn) (func(bool) 
 		_, _ = conn.ExecContext(context.Background(), "ROLLBACK")
 		return nil, fmt.Errorf("taking the migration lock: %w", err)
 	}
-	return func(commit bool) error {
-		stmt := "ROLLBACK"
-		if commit {
-			stmt = "COMMIT"
-		}
-		_, err := conn.ExecContext(context.Background(), stmt)
-		return err
-	}, nil
+	return endTransaction(conn), nil
 }
 
 func openPostgres(dsn string) (Opened, error) {

@@ -134,14 +134,7 @@ func (sqlite) LockMigrations(ctx context.Context, conn *sql.Conn) (func(bool) er
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return nil, fmt.Errorf("taking the migration lock: %w", err)
 	}
-	return func(commit bool) error {
-		stmt := "ROLLBACK"
-		if commit {
-			stmt = "COMMIT"
-		}
-		_, err := conn.ExecContext(context.Background(), stmt)
-		return err
-	}, nil
+	return endTransaction(conn), nil
 }
 
 func openSQLite(path string) (Opened, error) {
