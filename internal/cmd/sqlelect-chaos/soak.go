@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
@@ -523,9 +524,16 @@ func (s *soaker) victim() int {
 	return s.rng.IntN(s.o.procs)
 }
 
+// errNotReady is returned by a fault that its victim is not ready for; the
+// fault is skipped.
+var errNotReady = errors.New("the process is not ready")
+
 func (s *soaker) fault(kind string, fn func() error) {
 	start := time.Now()
 	err := fn()
+	if errors.Is(err, errNotReady) {
+		return
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: fault %s failed: %v\n", s.name, kind, err)
 		return
@@ -565,6 +573,14 @@ func (s *soaker) injectOne(kind string, slot int) error {
 		time.Sleep(between(2*expire, 4*expire))
 		return p.cmd.Process.Signal(syscall.SIGCONT)
 	case "resign":
+		// A process that has not reported ready may not have set up its
+		// signal handling yet, and SIGUSR1 would kill it; it leads nothing
+		// yet anyway.
+		select {
+		case <-p.ready:
+		default:
+			return errNotReady
+		}
 		return p.cmd.Process.Signal(syscall.SIGUSR1)
 	case "cut":
 		s.proxies[slot].Cut()
