@@ -14,6 +14,13 @@
 // once (a PostgreSQL advisory lock held by the transaction that runs the
 // DDL, so that it also holds behind a pooler in transaction mode; a MySQL
 // named lock; SQLite's write lock).
+//
+// On PostgreSQL the tables can live in a schema of their own (WithSchema,
+// with election.WithSchema for the calls). The shipped files name the
+// tables unqualified, so that they land in the first schema of the search
+// path: to apply them with another tool into a schema, run them with the
+// search path set to it (for example options=-csearch_path=app in the
+// migration tool's DSN, or SET search_path TO app at the top of the file).
 package migrate
 
 import (
@@ -27,6 +34,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"gorm.io/gorm"
 
@@ -129,33 +137,114 @@ func statements(body string) []string {
 	return out
 }
 
+// An Option configures Up and Down.
+type Option interface {
+	apply(*options) error
+}
+
+type options struct {
+	schema string
+}
+
+type optionFunc func(*options) error
+
+func (f optionFunc) apply(o *options) error { return f(o) }
+
+// WithSchema makes Up create the election tables, and the record of applied
+// versions, in the PostgreSQL schema name (creating the schema when it does
+// not exist), and Down drop them there; the schema itself is never dropped.
+// Use the same name with election.WithSchema. The name is quoted as given:
+// 1 to 63 bytes of UTF-8 without NUL bytes. On MySQL and SQLite, Up and Down
+// return an error and change nothing: name another database in the DSN.
+func WithSchema(name string) Option {
+	return optionFunc(func(o *options) error {
+		if err := dialect.ValidSchema(name); err != nil {
+			return fmt.Errorf("migrate: WithSchema: %w", err)
+		}
+		o.schema = name
+		return nil
+	})
+}
+
 // Up creates or upgrades the election tables. It is idempotent, and safe to
 // call from several processes at once: they wait for each other, and each
 // version is applied once.
-func Up(ctx context.Context, db *gorm.DB) error {
-	return run(ctx, db, func(ctx context.Context, exec *sql.Conn, applied map[int64]bool, ms []Migration) error {
+func Up(ctx context.Context, db *gorm.DB, opts ...Option) error {
+	return run(ctx, db, opts, func(ctx context.Context, d dialect.Dialect, exec *sql.Conn, applied map[int64]bool, ms []Migration) error {
 		for _, m := range ms {
 			if applied[m.Version] {
 				continue
 			}
-			for _, stmt := range m.Up {
-				if _, err := exec.ExecContext(ctx, stmt); err != nil {
-					return fmt.Errorf("migrate: version %d (%s): %w", m.Version, m.Name, err)
-				}
+			err := apply(ctx, db, exec, m)
+			if err != nil && dialect.MigrationRace(d, err) {
+				err = awaitRecorded(ctx, exec, m, err)
 			}
-			if _, err := exec.ExecContext(ctx, rebind(db, "INSERT INTO "+VersionsTable+" (version, name) VALUES (?, ?)"), m.Version, m.Name); err != nil {
-				return fmt.Errorf("migrate: recording version %d: %w", m.Version, err)
+			if err != nil {
+				return err
 			}
 		}
 		return nil
 	})
 }
 
+// apply runs m's statements and records its version.
+func apply(ctx context.Context, db *gorm.DB, exec *sql.Conn, m Migration) error {
+	for _, stmt := range m.Up {
+		if _, err := exec.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("migrate: version %d (%s): %w", m.Version, m.Name, err)
+		}
+	}
+	if _, err := exec.ExecContext(ctx, rebind(db, "INSERT INTO "+VersionsTable+" (version, name) VALUES (?, ?)"), m.Version, m.Name); err != nil {
+		return fmt.Errorf("migrate: recording version %d: %w", m.Version, err)
+	}
+	return nil
+}
+
+// raceWait bounds how long Up waits for another node to record a version
+// it is applying, and raceEvery how often it looks.
+const (
+	raceWait  = 60 * time.Second
+	raceEvery = 100 * time.Millisecond
+)
+
+// awaitRecorded is Up's answer to a step that failed the way a step applied
+// at the same time through another Galera node fails (its lock is the
+// node's own): it waits, reading with wsrep_sync_wait so that the read sees
+// every commit of the cluster, until that node records the version, and
+// then goes on. If the version is not recorded within raceWait, the step's
+// own error stands.
+func awaitRecorded(ctx context.Context, exec *sql.Conn, m Migration, stepErr error) error {
+	deadline := time.Now().Add(raceWait)
+	for {
+		var n int
+		err := exec.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+VersionsTable+" WHERE version = ?", m.Version).Scan(&n)
+		switch {
+		case err != nil:
+			return errors.Join(stepErr, err)
+		case n > 0:
+			return nil
+		case time.Now().After(deadline):
+			return stepErr
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(stepErr, ctx.Err())
+		case <-time.After(raceEvery):
+		}
+	}
+}
+
 // Down drops the election tables and the record of applied versions. Every
 // election in the database is lost; it is meant for tests and uninstalls.
-func Down(ctx context.Context, db *gorm.DB) error {
-	return run(ctx, db, func(ctx context.Context, exec *sql.Conn, applied map[int64]bool, ms []Migration) error {
+// It undoes the versions recorded as applied, newest first, and then always
+// the first version, whose statements drop every election table if it
+// exists: a schema created by another tool, or only partly, goes too.
+func Down(ctx context.Context, db *gorm.DB, opts ...Option) error {
+	return run(ctx, db, opts, func(ctx context.Context, _ dialect.Dialect, exec *sql.Conn, applied map[int64]bool, ms []Migration) error {
 		for i := len(ms) - 1; i >= 0; i-- {
+			if i > 0 && !applied[ms[i].Version] {
+				continue
+			}
 			for _, stmt := range ms[i].Down {
 				if _, err := exec.ExecContext(ctx, stmt); err != nil {
 					return fmt.Errorf("migrate: undoing version %d (%s): %w", ms[i].Version, ms[i].Name, err)
@@ -172,7 +261,16 @@ func rebind(db *gorm.DB, q string) string {
 	return d.Rebind(q)
 }
 
-func run(ctx context.Context, db *gorm.DB, fn func(context.Context, *sql.Conn, map[int64]bool, []Migration) error) (err error) {
+func run(ctx context.Context, db *gorm.DB, opts []Option, fn func(context.Context, dialect.Dialect, *sql.Conn, map[int64]bool, []Migration) error) (err error) {
+	var o options
+	for _, opt := range opts {
+		if opt == nil {
+			return errors.New("migrate: nil Option")
+		}
+		if err := opt.apply(&o); err != nil {
+			return err
+		}
+	}
 	if db == nil || db.Statement == nil {
 		return ErrNoDatabase
 	}
@@ -182,6 +280,11 @@ func run(ctx context.Context, db *gorm.DB, fn func(context.Context, *sql.Conn, m
 	d, err := dialect.For(db)
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
+	}
+	if o.schema != "" {
+		if _, err := dialect.InSchema(d, o.schema); err != nil {
+			return fmt.Errorf("migrate: WithSchema: %w", err)
+		}
 	}
 	ms, err := Migrations(d.Name())
 	if err != nil {
@@ -196,15 +299,40 @@ func run(ctx context.Context, db *gorm.DB, fn func(context.Context, *sql.Conn, m
 		return fmt.Errorf("migrate: connecting: %w", err)
 	}
 	defer conn.Close()
+	if d, err = dialect.Detect(ctx, db, d); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
 	release, err := d.LockMigrations(ctx, conn)
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
+	}
+	if dialect.Galera(d) {
+		// The lock is this node's own: read what other nodes committed
+		// before reading the versions applied, and give the connection
+		// back as it was.
+		if _, err := conn.ExecContext(ctx, "SET SESSION wsrep_sync_wait = 1"); err != nil {
+			release(false)
+			return fmt.Errorf("migrate: %w", err)
+		}
+		defer conn.ExecContext(context.Background(), "SET SESSION wsrep_sync_wait = DEFAULT")
 	}
 	defer func() {
 		if rerr := release(err == nil); rerr != nil && err == nil {
 			err = fmt.Errorf("migrate: releasing the migration lock: %w", rerr)
 		}
 	}()
+	if o.schema != "" {
+		// PostgreSQL only (checked above), inside the transaction that holds
+		// the migration lock: SET LOCAL ends with it, so the pooled
+		// connection goes back with its own search path.
+		q := dialect.QuoteSchema(o.schema)
+		if _, err := conn.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+q); err != nil {
+			return fmt.Errorf("migrate: creating schema %s: %w", q, err)
+		}
+		if _, err := conn.ExecContext(ctx, "SET LOCAL search_path TO "+q); err != nil {
+			return fmt.Errorf("migrate: using schema %s: %w", q, err)
+		}
+	}
 	if _, err := conn.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+VersionsTable+
 		" (version BIGINT NOT NULL PRIMARY KEY, name VARCHAR(191) NOT NULL)"); err != nil {
 		return fmt.Errorf("migrate: creating %s: %w", VersionsTable, err)
@@ -226,5 +354,5 @@ func run(ctx context.Context, db *gorm.DB, fn func(context.Context, *sql.Conn, m
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("migrate: reading %s: %w", VersionsTable, err)
 	}
-	return fn(ctx, conn, applied, ms)
+	return fn(ctx, d, conn, applied, ms)
 }

@@ -33,7 +33,7 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-var tables = []string{"election_candidates", "election_leaders", migrate.VersionsTable}
+var tables = []string{"election_candidates", "election_leaders", "election_history", migrate.VersionsTable}
 
 // wantTables fails unless every table exists (or, with exist false, none does).
 func wantTables(t *testing.T, db *gorm.DB, exist bool) {
@@ -219,7 +219,8 @@ func TestFiles(t *testing.T) {
 				}
 			}
 			sort.Strings(names)
-			want := []string{"0001_election_tables.down.sql", "0001_election_tables.up.sql"}
+			want := []string{"0001_election_tables.down.sql", "0001_election_tables.up.sql",
+				"0002_identity_history.down.sql", "0002_identity_history.up.sql"}
 			for _, w := range want {
 				if i := sort.SearchStrings(names, w); i == len(names) || names[i] != w {
 					t.Errorf("files %v lack %s", names, w)
@@ -250,13 +251,14 @@ func TestSchemaTypes(t *testing.T) {
 	timeCols := map[string][]string{
 		"election_candidates": {"registered_at", "last_heartbeat_at", "expires_at"},
 		"election_leaders":    {"lease_expires_at", "acquired_at", "updated_at"},
+		"election_history":    {"acquired_at", "ended_at"},
 	}
 	for _, tg := range testdb.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
 			db := testdb.Open(t, tg)
 			switch tg.Name {
 			case "postgres":
-				for table, cols := range map[string][]string{"election_candidates": {"candidate_id"}, "election_leaders": {"leader_id"}} {
+				for table, cols := range map[string][]string{"election_candidates": {"candidate_id"}, "election_leaders": {"leader_id"}, "election_history": {"leader_id"}} {
 					for _, col := range cols {
 						if got := pgColumn(t, db, table, col, "data_type"); got != "uuid" {
 							t.Errorf("%s.%s is %s, want uuid", table, col, got)
@@ -358,5 +360,185 @@ func TestDownRefusesTransaction(t *testing.T) {
 	defer tx.Rollback()
 	if err := migrate.Down(testCtx(t), tx); !errors.Is(err, migrate.ErrNoDatabase) {
 		t.Fatalf("Down(transaction): %v, want ErrNoDatabase", err)
+	}
+}
+
+// TestUpgradeFromV1: a database at schema version 1 with rows in it (as a
+// release before version 2 left it) upgrades to version 2 with Up: the rows
+// are intact, the identity columns take their defaults, the history starts
+// empty, and elections go on from the stored term. Version 2's down
+// statements (as golang-migrate would run them) take the schema back to
+// version 1, rows intact.
+func TestUpgradeFromV1(t *testing.T) {
+	for _, tg := range testdb.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			ctx := testCtx(t)
+			db := testdb.OpenDSN(t, testdb.Fresh(t, tg))
+			ms, err := migrate.Migrations(tg.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ms) < 2 || ms[0].Version != 1 || ms[1].Version != 2 {
+				t.Fatalf("migrations %+v, want versions 1 and 2", ms)
+			}
+			// Version 1 only, recorded as Up records it.
+			run := func(stmts []string) {
+				t.Helper()
+				for _, stmt := range stmts {
+					if err := db.Exec(stmt).Error; err != nil {
+						t.Fatalf("%s: %v", stmt, err)
+					}
+				}
+			}
+			run(ms[0].Up)
+			run([]string{"CREATE TABLE " + migrate.VersionsTable + " (version BIGINT NOT NULL PRIMARY KEY, name VARCHAR(191) NOT NULL)"})
+			if err := db.Exec("INSERT INTO "+migrate.VersionsTable+" (version, name) VALUES (?, ?)", 1, ms[0].Name).Error; err != nil {
+				t.Fatal(err)
+			}
+			ns, leader, other := testdb.Namespace(t), uuid.New(), uuid.New()
+			const (
+				reg = "2026-01-02 03:04:05.123456"
+				hb  = "2026-01-02 03:04:35.654321"
+				exp = "2026-01-02 03:05:35.654321"
+				acq = "2026-01-02 03:00:00.000001"
+			)
+			for _, id := range []uuid.UUID{leader, other} {
+				if err := db.Exec("INSERT INTO election_candidates (namespace, candidate_id, registered_at, last_heartbeat_at, expires_at) VALUES (?, ?, ?, ?, ?)",
+					ns, id, reg, hb, exp).Error; err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := db.Exec("INSERT INTO election_leaders (namespace, leader_id, term, lease_expires_at, acquired_at, updated_at) VALUES (?, ?, 7, ?, ?, ?)",
+				ns, leader, exp, acq, hb).Error; err != nil {
+				t.Fatal(err)
+			}
+
+			// This release on a database still at version 1: calls that
+			// write identity say to migrate, and change nothing.
+			ev1, err := election.New(db, election.WithNamespace(ns))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ev1.Elect(ctx, uuid.New()); !errors.Is(err, election.ErrNotMigrated) {
+				t.Fatalf("Elect on version 1: %v, want ErrNotMigrated", err)
+			}
+			if err := ev1.RegisterCandidate(ctx, uuid.New()); !errors.Is(err, election.ErrNotMigrated) {
+				t.Fatalf("RegisterCandidate on version 1: %v, want ErrNotMigrated", err)
+			}
+			checkV1Rows(t, db, ns, leader, other, false)
+
+			if err := migrate.Up(ctx, db); err != nil {
+				t.Fatalf("Up from version 1: %v", err)
+			}
+			if got, want := appliedVersions(t, db), allVersions(t, tg.Name); !cmp.Equal(got, want) {
+				t.Fatalf("applied versions %v, want %v", got, want)
+			}
+			wantTables(t, db, true)
+			checkV1Rows(t, db, ns, leader, other, true)
+			var n int64
+			if err := db.Raw("SELECT COUNT(*) FROM election_history").Scan(&n).Error; err != nil || n != 0 {
+				t.Fatalf("history after the upgrade: %d rows, %v; want 0", n, err)
+			}
+
+			// Version 2's down file, alone: back to version 1, rows intact.
+			run(ms[1].Down)
+			if db.Migrator().HasTable("election_history") {
+				t.Fatal("election_history survived version 2's down statements")
+			}
+			for _, col := range []string{"hostname", "pid", "label"} {
+				if db.Migrator().HasColumn("election_candidates", col) {
+					t.Errorf("election_candidates.%s survived version 2's down statements", col)
+				}
+			}
+			checkV1Rows(t, db, ns, leader, other, false)
+			if err := db.Exec("DELETE FROM " + migrate.VersionsTable + " WHERE version = 2").Error; err != nil {
+				t.Fatal(err)
+			}
+			if err := migrate.Up(ctx, db); err != nil {
+				t.Fatalf("Up again: %v", err)
+			}
+			checkV1Rows(t, db, ns, leader, other, true)
+
+			// Elections go on from the stored term, and the history
+			// begins with the first term granted on version 2.
+			e, err := election.New(db, election.WithNamespace(ns))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := e.Elect(ctx, other)
+			if err != nil {
+				t.Fatalf("Elect after the upgrade: %v", err)
+			}
+			if !l.HeldBy(other) || l.Term != 8 {
+				t.Fatalf("Elect after the upgrade: %+v, want %s in term 8", l, other)
+			}
+			h, err := e.History(ctx, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(h) != 1 || h[0].Term != 8 || h[0].Leader != other || h[0].Ended() || h[0].Identity != e.Identity() {
+				t.Fatalf("history after the first grant on version 2: %+v", h)
+			}
+		})
+	}
+}
+
+// checkV1Rows checks the rows TestUpgradeFromV1 wrote at version 1, and,
+// with v2, that their identity columns hold the defaults.
+func checkV1Rows(t *testing.T, db *gorm.DB, ns string, leader, other uuid.UUID, v2 bool) {
+	t.Helper()
+	at := func(s string) time.Time {
+		v, err := time.Parse("2006-01-02 15:04:05.999999", s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	var cands []struct {
+		CandidateID                              string
+		RegisteredAt, LastHeartbeatAt, ExpiresAt time.Time
+	}
+	if err := db.Raw("SELECT candidate_id, registered_at, last_heartbeat_at, expires_at FROM election_candidates WHERE namespace = ? ORDER BY candidate_id", ns).
+		Scan(&cands).Error; err != nil {
+		t.Fatalf("reading the candidates: %v", err)
+	}
+	if len(cands) != 2 {
+		t.Fatalf("%d candidate rows, want 2", len(cands))
+	}
+	for _, c := range cands {
+		if id, err := uuid.Parse(c.CandidateID); err != nil || (id != leader && id != other) ||
+			!c.RegisteredAt.Equal(at("2026-01-02 03:04:05.123456")) || !c.LastHeartbeatAt.Equal(at("2026-01-02 03:04:35.654321")) ||
+			!c.ExpiresAt.Equal(at("2026-01-02 03:05:35.654321")) {
+			t.Errorf("candidate row changed: %+v", c)
+		}
+	}
+	var l struct {
+		LeaderID       string
+		Term           int64
+		LeaseExpiresAt time.Time
+		AcquiredAt     time.Time
+	}
+	if err := db.Raw("SELECT leader_id, term, lease_expires_at, acquired_at FROM election_leaders WHERE namespace = ?", ns).Scan(&l).Error; err != nil {
+		t.Fatalf("reading the leader row: %v", err)
+	}
+	if l.LeaderID != leader.String() || l.Term != 7 || !l.LeaseExpiresAt.Equal(at("2026-01-02 03:05:35.654321")) ||
+		!l.AcquiredAt.Equal(at("2026-01-02 03:00:00.000001")) {
+		t.Errorf("leader row changed: %+v", l)
+	}
+	if !v2 {
+		return
+	}
+	var idents []struct {
+		Hostname string
+		PID      int64
+		Label    string
+	}
+	if err := db.Raw("SELECT hostname, pid, label FROM election_candidates WHERE namespace = ?", ns).Scan(&idents).Error; err != nil {
+		t.Fatalf("reading the identity columns: %v", err)
+	}
+	for _, id := range idents {
+		if id.Hostname != "" || id.PID != 0 || id.Label != "" {
+			t.Errorf("a version 1 row has the identity %+v, want the defaults", id)
+		}
 	}
 }

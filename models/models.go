@@ -1,4 +1,4 @@
-// Package models holds the row types of the two election tables.
+// Package models holds the row types of the election tables.
 //
 // They are for reading: the types are plain GORM models, to inspect the
 // state of an election with GORM, for example in tests or an admin page.
@@ -26,6 +26,7 @@ import (
 const (
 	CandidatesTable = "election_candidates"
 	LeadersTable    = "election_leaders"
+	HistoryTable    = "election_history"
 )
 
 // Candidate is one row of election_candidates: a process that takes part in
@@ -42,6 +43,15 @@ type Candidate struct {
 	LastHeartbeatAt time.Time `gorm:"column:last_heartbeat_at;not null;precision:6"`
 	// ExpiresAt is when the candidate stops counting as live (database clock, UTC).
 	ExpiresAt time.Time `gorm:"column:expires_at;not null;precision:6"`
+	// Hostname is the host the candidate runs on, as the process saw it
+	// (schema version 2; empty in rows written before it).
+	Hostname string `gorm:"column:hostname;not null;default:'';size:255"`
+	// PID is the candidate's process id (schema version 2; 0 in rows
+	// written before it).
+	PID int64 `gorm:"column:pid;not null;default:0"`
+	// Label is what the application said about the candidate, such as a pod
+	// name or a version: at most 255 bytes of UTF-8 (schema version 2).
+	Label string `gorm:"column:label;not null;default:'';size:255"`
 }
 
 // TableName returns the table the model is stored in.
@@ -69,3 +79,33 @@ type Leader struct {
 
 // TableName returns the table the model is stored in.
 func (Leader) TableName() string { return LeadersTable }
+
+// Term is one row of election_history (schema version 2): one term granted
+// in a namespace, written in the transaction that granted it and updated in
+// the one that ended it. Renewals do not touch it.
+type Term struct {
+	// Namespace is the election the term belongs to.
+	Namespace string `gorm:"column:namespace;primaryKey;size:191"`
+	// Term is the term's number, as in election_leaders.
+	Term int64 `gorm:"column:term;primaryKey;autoIncrement:false"`
+	// LeaderID is the candidate the term was granted to.
+	LeaderID uuid.UUID `gorm:"column:leader_id;not null;size:36"`
+	// Hostname, PID and Label are the leader's identity when the term was
+	// granted (see Candidate).
+	Hostname string `gorm:"column:hostname;not null;default:'';size:255"`
+	PID      int64  `gorm:"column:pid;not null;default:0"`
+	Label    string `gorm:"column:label;not null;default:'';size:255"`
+	// AcquiredAt is when the term was granted (database clock, UTC).
+	AcquiredAt time.Time `gorm:"column:acquired_at;not null;precision:6"`
+	// EndedAt is when the term ended (database clock, UTC); nil while it has
+	// not been seen to end. A lease that lapses is recorded as ended, at its
+	// expiry, by the grant of the next term.
+	EndedAt *time.Time `gorm:"column:ended_at;precision:6"`
+	// EndReason says how the term ended: "resigned", "unregistered",
+	// "expired" (the lease lapsed and the next term was granted) or
+	// "vacated" (by an operator); nil while EndedAt is nil.
+	EndReason *string `gorm:"column:end_reason;size:16"`
+}
+
+// TableName returns the table the model is stored in.
+func (Term) TableName() string { return HistoryTable }

@@ -28,7 +28,7 @@ type column struct {
 // statements reads back through the models.
 func TestMigratedSchemaMatchesModels(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, db *gorm.DB) {
-		for _, model := range []any{&models.Candidate{}, &models.Leader{}} {
+		for _, model := range []any{&models.Candidate{}, &models.Leader{}, &models.Term{}} {
 			want := modelColumns(t, db, model)
 			got := tableColumns(t, db, model)
 			if d := cmp.Diff(want, got); d != "" {
@@ -61,6 +61,17 @@ func TestMigratedSchemaMatchesModels(t *testing.T) {
 		}
 		if cand.CandidateID != id || !cand.ExpiresAt.After(cand.LastHeartbeatAt) {
 			t.Errorf("candidate row %+v", cand)
+		}
+		if want := e.Identity(); cand.Hostname != want.Hostname || cand.PID != int64(want.PID) || cand.Label != want.Label {
+			t.Errorf("candidate row identity %q/%d/%q, want %v", cand.Hostname, cand.PID, cand.Label, want)
+		}
+		var term models.Term
+		if err := db.WithContext(ctx).Where("namespace = ? AND term = ?", ns, lease.Term).Take(&term).Error; err != nil {
+			t.Fatalf("reading the history row: %v", err)
+		}
+		if term.LeaderID != id || !term.AcquiredAt.Equal(lease.AcquiredAt) || term.EndedAt != nil || term.EndReason != nil ||
+			term.PID != cand.PID || term.Hostname != cand.Hostname {
+			t.Errorf("history row %+v, want %s's open term %d from %v", term, id, lease.Term, lease.AcquiredAt)
 		}
 	})
 }

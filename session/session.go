@@ -53,12 +53,17 @@ const pingTimeout = 10 * time.Second
 // Open applies what each database needs and leaves everything else as given:
 // PostgreSQL sessions in UTC, statements in pgx's exec mode (no named
 // prepared statements, so that transaction poolers such as PgBouncer work),
-// each host's connection attempt bounded by 5 s unless the DSN sets
-// connect_timeout, and TCP keepalives; MySQL with parseTime, UTC times, the session
+// each host's connection attempt bounded (unless the DSN sets
+// connect_timeout) by 5 s, or a tenth of the expiry window for the calls of
+// package election, TCP keepalives and TCP_USER_TIMEOUT, and connections to
+// a host that stopped answering closed; MySQL with parseTime, UTC times, the session
 // time zone at +00:00, READ COMMITTED (so concurrent first elections do not
 // deadlock on gap locks) and client-side parameter interpolation (one round
 // trip a statement); SQLite in WAL mode with immediate transactions and a
-// 5 s busy timeout. opts are passed to gorm.Open; without them the handle
+// 5 s busy timeout. On PostgreSQL and MySQL a connection that answered
+// that its server is read-only (a standby, default_transaction_read_only,
+// read_only) or shutting down is discarded rather than reused. docs/api.md
+// has the details. opts are passed to gorm.Open; without them the handle
 // logs only slow queries and takes GORM's own timestamps in UTC.
 func Open(dsn string, opts ...gorm.Option) (*gorm.DB, error) {
 	return open(dsn, nil, opts)
@@ -113,10 +118,10 @@ func openPool(o dialect.Opened, wrap func(driver.Connector) driver.Connector) (*
 			return nil, errors.New("session: OpenWrapped: wrap returned a nil connector")
 		}
 	}
-	sqlDB := sql.OpenDB(newPatientConnector(c))
+	sqlDB := sql.OpenDB(newPatientConnector(newDiscardConnector(c, o)))
 	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
 	defer cancel()
-	if err := sqlDB.PingContext(ctx); err != nil {
+	if err := ping(ctx, sqlDB, o.Dialect); err != nil {
 		sqlDB.Close()
 		return nil, &unreachable{target: o.Target.String(), msg: o.Target.Scrub(err.Error()), err: err}
 	}
@@ -140,6 +145,25 @@ func openPool(o dialect.Opened, wrap func(driver.Connector) driver.Connector) (*
 	o.AfterOpen = nil
 	o.DSN = dsn
 	return openPool(o, wrap)
+}
+
+// ping pings the pool until ctx ends. On SQLite a first connection runs the
+// DSN's PRAGMAs, and switching a new file to WAL needs a lock that the
+// busy timeout does not wait for: processes opening the same new file at
+// once get "database is locked" until one of them has switched it. Such an
+// error is retried after a short pause.
+func ping(ctx context.Context, db *sql.DB, d dialect.Dialect) error {
+	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
+		err := db.PingContext(ctx)
+		if err == nil || d == nil || d.Name() != "sqlite" || d.Classify(err) != dialect.Transient {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+	}
 }
 
 // connector is the dialect's connector for o's DSN, else what
@@ -189,6 +213,14 @@ func (e *unreachable) Unwrap() []error { return []error{ErrUnreachable, e.err} }
 // Open) and returns an error naming a missing one; it does not change the
 // pool.
 //
+// A pool opened through a wrapping driver, such as github.com/XSAM/otelsql
+// for OpenTelemetry, is recognised by the connection underneath: Wrap takes
+// one connection from the pool and looks through wrappers that expose the
+// driver's connection with a Raw() driver.Conn or Unwrap() driver.Conn
+// method (otelsql has Raw). The same lets PostgreSQL's LISTEN reach the pgx
+// connection, so handoffs stay immediate. For a wrapper that hides the
+// connection, name the database with WrapDialect.
+//
 // A lib/pq pool is refused with an error saying what to use instead: pgx's
 // database/sql driver takes the same DSN. Elections rely on pgx's errors to
 // tell a conflict to retry from a failure, and on its connections to LISTEN
@@ -197,10 +229,35 @@ func Wrap(sqlDB *sql.DB, opts ...gorm.Option) (*gorm.DB, error) {
 	if sqlDB == nil {
 		return nil, errors.New("session: Wrap needs a *sql.DB, got nil")
 	}
-	d, err := dialect.ForDriver(sqlDB.Driver())
+	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+	defer cancel()
+	d, err := dialect.ForPool(ctx, sqlDB)
 	if err != nil {
 		return nil, fmt.Errorf("session: %w", err)
 	}
+	return wrap(sqlDB, d, opts)
+}
+
+// WrapDialect is Wrap for a pool whose database Wrap cannot recognise: a
+// wrapping driver that hides the driver's connection. name is "postgres",
+// "mysql" or "sqlite"; any other name is an error, and the pool is not
+// touched. The pool's connections must still be of the pgx,
+// go-sql-driver/mysql or mattn/go-sqlite3 driver underneath. On PostgreSQL,
+// when LISTEN cannot reach the pgx connection, the Electors log once
+// ("election: not listening for handoffs") and poll: a graceful handoff
+// then takes up to one interval.
+func WrapDialect(sqlDB *sql.DB, name string, opts ...gorm.Option) (*gorm.DB, error) {
+	if sqlDB == nil {
+		return nil, errors.New("session: WrapDialect needs a *sql.DB, got nil")
+	}
+	d, err := dialect.ByName(name)
+	if err != nil {
+		return nil, fmt.Errorf("session: WrapDialect: %w", err)
+	}
+	return wrap(sqlDB, d, opts)
+}
+
+func wrap(sqlDB *sql.DB, d dialect.Dialect, opts []gorm.Option) (*gorm.DB, error) {
 	db, err := gorm.Open(d.Gorm(sqlDB), config(opts)...)
 	if err != nil {
 		return nil, fmt.Errorf("session: %w", err)

@@ -43,6 +43,13 @@ const (
 	Transient
 	// MissingTable means the schema has not been created.
 	MissingTable
+	// ReadOnly means the server accepts no writes: a standby, or a primary
+	// set read-only. The connection that answered so is discarded (see
+	// Discard): a server that becomes writable again is reached on a new one.
+	ReadOnly
+	// Shutdown means the server is shutting down or not yet accepting
+	// connections; the connection is discarded.
+	Shutdown
 )
 
 // Renewed is the result of a successful single-statement lease renewal.
@@ -100,6 +107,43 @@ func For(db *gorm.DB) (Dialect, error) {
 		return nil, errors.New("no database")
 	}
 	return ByName(db.Dialector.Name())
+}
+
+// Detect refines d, the dialect For chose by the GORM dialector's name, by
+// asking the server what it is: on a MySQL connection, whether it is TiDB.
+// It returns d itself for the other databases, without a query.
+func Detect(ctx context.Context, db *gorm.DB, d Dialect) (Dialect, error) {
+	if m, ok := d.(interface {
+		detect(context.Context, *gorm.DB) (Dialect, error)
+	}); ok {
+		return m.detect(ctx, db)
+	}
+	return d, nil
+}
+
+// Fence makes a guarded transaction write the seat row it checked, where
+// the database needs that for the transaction to conflict with a new term:
+// on a Galera node, whose row locks other nodes do not see. It does nothing
+// elsewhere. The row is written only if the candidate holds it in the term;
+// the caller reads the seat afterwards to tell.
+func Fence(ctx context.Context, d Dialect, conn gorm.ConnPool, ns string, id uuid.UUID, term int64) error {
+	if f, ok := d.(interface {
+		fence(context.Context, gorm.ConnPool, string, uuid.UUID, int64) error
+	}); ok {
+		return f.fence(ctx, conn, ns, id, term)
+	}
+	return nil
+}
+
+// MigrationRace reports whether err, from a migration step, may come from
+// another process applying the same step at the same time where the
+// migration lock cannot keep them apart (the node-local GET_LOCK of a
+// Galera cluster). The caller then waits for that version to be recorded.
+func MigrationRace(d Dialect, err error) bool {
+	if m, ok := d.(interface{ migrationRace(error) bool }); ok {
+		return m.migrationRace(err)
+	}
+	return false
 }
 
 // ByName returns the dialect called name.

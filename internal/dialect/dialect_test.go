@@ -8,12 +8,15 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	drv "github.com/go-sql-driver/mysql"
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
+	"gorm.io/gorm"
 
 	"github.com/sqlelect/sqlelect/internal/dialect"
 	"github.com/sqlelect/sqlelect/internal/testdb"
@@ -75,6 +78,20 @@ func mustDialect(t *testing.T, name string) dialect.Dialect {
 	return d
 }
 
+// detected is db's dialect as an Election sees it: chosen by the GORM
+// dialector's name, then refined by asking the server (TiDB).
+func detected(t *testing.T, db *gorm.DB) dialect.Dialect {
+	t.Helper()
+	d, err := dialect.For(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err = dialect.Detect(context.Background(), db, d); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
 // TestRebind: ? markers become $n on PostgreSQL only.
 func TestRebind(t *testing.T) {
 	q := "SELECT a FROM t WHERE x = ? AND y IN (?, ?)"
@@ -110,7 +127,7 @@ func TestClock(t *testing.T) {
 	for _, tg := range testdb.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
 			db := testdb.Open(t, tg)
-			d := mustDialect(t, tg.Name)
+			d := detected(t, db)
 			raw := testdb.Raw(t, db)
 			for _, delta := range []time.Duration{time.Second, -1500 * time.Millisecond, 250 * time.Millisecond} {
 				var now, later dialect.Time
@@ -155,8 +172,8 @@ func scratch(t *testing.T, raw *sql.DB) string {
 func TestClassify(t *testing.T) {
 	for _, tg := range testdb.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
-			d := mustDialect(t, tg.Name)
 			db := testdb.Open(t, tg)
+			d := detected(t, db)
 			raw := testdb.Raw(t, db)
 			table := scratch(t, raw)
 			if got := d.Classify(nil); got != dialect.Other {
@@ -295,8 +312,9 @@ func busy(t *testing.T, d dialect.Dialect) {
 func TestSelectLeaderShape(t *testing.T) {
 	for _, tg := range testdb.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
-			d := mustDialect(t, tg.Name)
-			raw := testdb.Raw(t, testdb.Open(t, tg))
+			db := testdb.Open(t, tg)
+			d := detected(t, db)
+			raw := testdb.Raw(t, db)
 			for _, lock := range []dialect.Lock{dialect.NoLock, dialect.ShareLock, dialect.UpdateLock} {
 				tx, err := raw.Begin()
 				if err != nil {
@@ -321,5 +339,68 @@ func TestSelectLeaderShape(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTiDBPieces: on TiDB the guard's shared lock is an exclusive one (a
+// shared lock there is a no-op or refused), every derived table reading the
+// clock is evaluated once (LIMIT 1), and TiDB's retryable errors are
+// contention; MySQL and MariaDB keep LOCK IN SHARE MODE.
+func TestTiDBPieces(t *testing.T) {
+	my := dialect.MySQLForTest(false).Statements()
+	ti := dialect.MySQLForTest(true).Statements()
+	if !strings.HasSuffix(my.SelectLeader[dialect.ShareLock], "LOCK IN SHARE MODE") {
+		t.Errorf("MySQL guard: %s", my.SelectLeader[dialect.ShareLock])
+	}
+	if got := ti.SelectLeader[dialect.ShareLock]; !strings.HasSuffix(got, "FOR UPDATE") {
+		t.Errorf("TiDB guard: %s, want FOR UPDATE", got)
+	}
+	if ti.SelectLeader[dialect.NoLock] != my.SelectLeader[dialect.NoLock] || ti.SelectLeader[dialect.UpdateLock] != my.SelectLeader[dialect.UpdateLock] {
+		t.Error("TiDB's unlocked or FOR UPDATE reads differ from MySQL's")
+	}
+	for _, q := range []string{ti.UpsertNow, ti.Candidates} {
+		if !strings.Contains(q, "AS n LIMIT 1) t") {
+			t.Errorf("the clock's derived table is not LIMIT 1: %s", q)
+		}
+	}
+	d := dialect.MySQLForTest(true)
+	for _, n := range []uint16{9007, 8022, 8028, 9001, 9006, 1213} {
+		if got := d.Classify(&drv.MySQLError{Number: n}); got != dialect.Transient {
+			t.Errorf("error %d: class %v, want Transient", n, got)
+		}
+	}
+	if !dialect.TiDB(d) || dialect.TiDB(dialect.MySQLForTest(false)) {
+		t.Error("TiDB() does not tell the two apart")
+	}
+}
+
+// TestGaleraDetect: Detect finds a Galera node by wsrep_on, on every node
+// of the cluster, and a stand-alone MySQL or MariaDB server is not one.
+func TestGaleraDetect(t *testing.T) {
+	for _, tg := range testdb.Targets(t) {
+		if tg.Name != "mysql" {
+			continue
+		}
+		db := testdb.OpenDSN(t, tg.DSN)
+		var wsrep sql.NullString
+		rows, err := db.Raw("SHOW GLOBAL VARIABLES LIKE 'wsrep_on'").Rows()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var name string
+			if err := rows.Scan(&name, &wsrep); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rows.Close()
+		if got, want := dialect.Galera(detected(t, db)), strings.EqualFold(wsrep.String, "ON"); got != want {
+			t.Errorf("%s (wsrep_on %q): Galera = %v, want %v", tg.DSN, wsrep.String, got, want)
+		}
+	}
+	for _, dsn := range testdb.Galera(t) {
+		if d := detected(t, testdb.OpenDSN(t, dsn)); !dialect.Galera(d) || dialect.TiDB(d) {
+			t.Errorf("%s: Galera = %v, TiDB = %v; want a Galera node", dsn, dialect.Galera(d), dialect.TiDB(d))
+		}
 	}
 }

@@ -16,17 +16,117 @@ import (
 	"gorm.io/gorm"
 )
 
-// mysql is MySQL and MariaDB through go-sql-driver/mysql. NOW(6) is fixed when
-// a statement starts and so is stale after a lock wait; SYSDATE(6) is read
-// when evaluated and, with the session time zone at UTC, is the clock used.
-type mysql struct{}
+// mysql is MySQL, MariaDB and TiDB through go-sql-driver/mysql. NOW(6) is
+// fixed when a statement starts and so is stale after a lock wait;
+// SYSDATE(6) is read when evaluated and, with the session time zone at UTC,
+// is the clock used.
+//
+// tidb is set for TiDB (Detect tells it by VERSION()), where two things
+// differ: a shared row lock is a no-op unless a server setting makes it
+// real, so the guard's lock is FOR UPDATE; and the session must run
+// pessimistic transactions, in which FOR UPDATE blocks (Check refuses
+// optimistic mode).
+//
+// galera is set for a MariaDB or MySQL node of a Galera cluster (wsrep_on).
+// Row locks there are the node's own and are not replicated: a transaction
+// on another node can change a row this node's transaction has locked, and
+// certification at commit only compares the rows each transaction wrote.
+// So the guard writes the seat row (Fence), and migrations tolerate
+// another node applying the same version at the same time.
+type mysql struct{ tidb, galera bool }
 
 var _ Dialect = mysql{}
 
-var myStatements = build(mysql{})
+var (
+	myStatements   = build(mysql{})
+	tidbStatements = build(mysql{tidb: true})
+)
 
-func (mysql) Name() string                    { return "mysql" }
-func (mysql) Statements() *Statements         { return myStatements }
+func (mysql) Name() string { return "mysql" }
+
+func (d mysql) Statements() *Statements {
+	if d.tidb {
+		return tidbStatements
+	}
+	return myStatements
+}
+
+// TiDB reports whether d is the MySQL dialect talking to TiDB.
+func TiDB(d Dialect) bool {
+	m, ok := d.(mysql)
+	return ok && m.tidb
+}
+
+// Galera reports whether d is the MySQL dialect talking to a node of a
+// Galera cluster.
+func Galera(d Dialect) bool {
+	m, ok := d.(mysql)
+	return ok && m.galera
+}
+
+// detect tells TiDB from MySQL and MariaDB by the server's VERSION(), as
+// 8.0.11-TiDB-v8.5.0, and a Galera node by wsrep_on.
+func (d mysql) detect(ctx context.Context, db *gorm.DB) (Dialect, error) {
+	var version string
+	if err := db.WithContext(ctx).Raw("SELECT VERSION()").Row().Scan(&version); err != nil {
+		return nil, err
+	}
+	if isTiDB(version) {
+		return mysql{tidb: true}, nil
+	}
+	// SHOW answers on every server, with no row where there is no such
+	// variable (MySQL without the wsrep patch).
+	rows, err := db.WithContext(ctx).Raw("SHOW GLOBAL VARIABLES LIKE 'wsrep_on'").Rows()
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	galera := false
+	for rows.Next() {
+		var name, value string
+		if err := rows.Scan(&name, &value); err != nil {
+			return nil, err
+		}
+		galera = strings.EqualFold(value, "ON")
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return mysql{galera: galera}, nil
+}
+
+// myFence writes the seat row when the candidate holds it in the term,
+// moving updated_at on by at least a microsecond so that the row changes
+// (an update that changes nothing writes nothing, and would not be
+// certified).
+const myFence = "UPDATE election_leaders SET updated_at = GREATEST(SYSDATE(6), updated_at + INTERVAL 1 MICROSECOND) " +
+	"WHERE namespace = ? AND leader_id = ? AND term = ?"
+
+func (d mysql) fence(ctx context.Context, conn gorm.ConnPool, ns string, id uuid.UUID, term int64) error {
+	if !d.galera {
+		return nil
+	}
+	_, err := conn.ExecContext(ctx, myFence, ns, id, term)
+	return err
+}
+
+// migrationRace reports whether err, from a migration step on a Galera
+// node, is what a step already applied through another node gives: the
+// table, column or index exists, the version is recorded, or certification
+// lost to the other node's statement.
+func (d mysql) migrationRace(err error) bool {
+	var me *drv.MySQLError
+	if !d.galera || !errors.As(err, &me) {
+		return false
+	}
+	switch me.Number {
+	case 1050, 1060, 1061, 1062, 1213:
+		return true
+	}
+	return false
+}
+
+func isTiDB(version string) bool              { return strings.Contains(strings.ToLower(version), "tidb") }
 func (mysql) Rebind(q string) string          { return q }
 func (mysql) rebind(q string) string          { return q }
 func (mysql) now() string                     { return "SYSDATE(6)" }
@@ -39,15 +139,28 @@ func (mysql) upsertCandidate() string {
 	return "ON DUPLICATE KEY UPDATE last_heartbeat_at = VALUES(last_heartbeat_at), expires_at = VALUES(expires_at)"
 }
 
+func (mysql) upsert(_, cols []string) string {
+	set := make([]string, len(cols))
+	for i, c := range cols {
+		set[i] = c + " = VALUES(" + c + ")"
+	}
+	return "ON DUPLICATE KEY UPDATE " + strings.Join(set, ", ")
+}
+
 func (mysql) insertIgnore() string { return "ON DUPLICATE KEY UPDATE namespace = namespace" }
 
-func (mysql) selectLeader(lock Lock) string {
+func (d mysql) selectLeader(lock Lock) string {
 	suffix := ""
-	switch lock {
-	case ShareLock:
+	switch {
+	case lock == ShareLock && d.tidb:
+		// TiDB ignores shared locks, or refuses them, unless
+		// tidb_enable_shared_lock_promotion (8.3 and later) turns them into
+		// exclusive ones: take the exclusive lock, whatever the setting.
+		suffix = " FOR UPDATE"
+	case lock == ShareLock:
 		// Understood by MySQL and MariaDB alike, unlike FOR SHARE.
 		suffix = " LOCK IN SHARE MODE"
-	case UpdateLock:
+	case lock == UpdateLock:
 		suffix = " FOR UPDATE"
 	}
 	return "SELECT SYSDATE(6), l.leader_id, l.term, l.lease_expires_at, l.acquired_at FROM (SELECT 1) d " +
@@ -58,10 +171,13 @@ func (mysql) selectLeader(lock Lock) string {
 // The new expiry, as microseconds since the epoch, travels back in the OK
 // packet through LAST_INSERT_ID(expr), saving the round trip a read would
 // cost. STRAIGHT_JOIN locks the leader row before the candidate row, the order
-// every other statement uses. The new times come from one reading of the
-// clock (t.n), so the lease and the candidate row expire together; the
-// liveness test reads the clock afresh, after the lock.
-const myRenew = `UPDATE (SELECT SYSDATE(6) AS n) t STRAIGHT_JOIN election_leaders l STRAIGHT_JOIN election_candidates c
+// every other statement uses, on MySQL and MariaDB; TiDB locks in an order of
+// its own, and the rare deadlock with UnregisterCandidate is retried. The new
+// times come from one reading of the clock (t.n: LIMIT 1 makes TiDB evaluate
+// the derived table once, as MySQL and MariaDB do anyway), so the lease and
+// the candidate row expire together; the liveness test reads the clock
+// afresh, after the lock.
+const myRenew = `UPDATE (SELECT SYSDATE(6) AS n LIMIT 1) t STRAIGHT_JOIN election_leaders l STRAIGHT_JOIN election_candidates c
   ON c.namespace = l.namespace AND c.candidate_id = l.leader_id
 SET l.lease_expires_at = TIMESTAMP('1970-01-01') + INTERVAL LAST_INSERT_ID(TIMESTAMPDIFF(MICROSECOND, '1970-01-01', t.n) + ?) MICROSECOND,
   l.updated_at = t.n,
@@ -99,32 +215,56 @@ func (mysql) Classify(err error) Class {
 	switch me.Number {
 	case 1213, 1205, 1020:
 		return Transient
-	case 1146:
+	case 9007, 8022, 8028, 9001, 9002, 9003, 9004, 9005, 9006:
+		// TiDB: a write conflict, a transaction to retry, a schema change
+		// during the statement, and its storage layer busy or unreachable
+		// for a moment.
+		return Transient
+	case 1146, 1054: // a table or (schema version 2) a column missing
 		return MissingTable
+	case 1290, 1792: // --read-only (read_only) prevents the statement; a READ ONLY transaction
+		return ReadOnly
+	case 1053: // server shutdown in progress
+		return Shutdown
 	}
 	return Other
 }
 
-func (mysql) Check(ctx context.Context, db *gorm.DB) (*sql.TxOptions, error) {
+func (d mysql) Check(ctx context.Context, db *gorm.DB) (*sql.TxOptions, error) {
 	if d, ok := db.Dialector.(*gormmysql.Dialector); ok && d.DSNConfig != nil && d.DSNConfig.Loc != nil {
 		if _, off := time.Now().In(d.DSNConfig.Loc).Zone(); off != 0 {
 			return nil, fmt.Errorf("%w: the mysql driver reads times in %s; add loc=UTC to the DSN", ErrUnsafeSettings, d.DSNConfig.Loc)
 		}
 	}
 	var (
-		now    Time
-		probe  any
-		offset int64
+		now      Time
+		probe    any
+		offsetUS int64
 	)
-	row := db.WithContext(ctx).Raw("SELECT SYSDATE(6), SYSDATE(6), TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), NOW())").Row()
-	if err := row.Scan(&now, &probe, &offset); err != nil {
+	// The offset at microsecond precision: at whole seconds, a server that
+	// rounds one timestamp and truncates the other (TiDB) is a second off
+	// half the time.
+	row := db.WithContext(ctx).Raw("SELECT SYSDATE(6), SYSDATE(6), TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), NOW(6))").Row()
+	if err := row.Scan(&now, &probe, &offsetUS); err != nil {
 		return nil, err
 	}
 	if _, isTime := probe.(time.Time); !isTime {
 		return nil, fmt.Errorf("%w: the mysql driver returns timestamps as text; add parseTime=true to the DSN", ErrUnsafeSettings)
 	}
-	if offset != 0 {
-		return nil, fmt.Errorf("%w: the session time zone is %+d s from UTC; add time_zone=%%27%%2B00%%3A00%%27 (time_zone='+00:00') to the DSN", ErrUnsafeSettings, offset)
+	if offset := (time.Duration(offsetUS) * time.Microsecond).Round(time.Second); offset != 0 {
+		return nil, fmt.Errorf("%w: the session time zone is %+d s from UTC; add time_zone=%%27%%2B00%%3A00%%27 (time_zone='+00:00') to the DSN", ErrUnsafeSettings, int64(offset/time.Second))
+	}
+	if d.tidb {
+		// In optimistic mode FOR UPDATE blocks nobody and conflicts surface
+		// only at commit: the seat would not be locked while a round
+		// decides.
+		var mode string
+		if err := db.WithContext(ctx).Raw("SELECT @@SESSION.tidb_txn_mode").Row().Scan(&mode); err != nil {
+			return nil, err
+		}
+		if !strings.EqualFold(mode, "pessimistic") {
+			return nil, fmt.Errorf("%w: TiDB runs %q transactions; elections need pessimistic ones: add tidb_txn_mode=%%27pessimistic%%27 to the DSN (session.Open does)", ErrUnsafeSettings, mode)
+		}
 	}
 	// REPEATABLE READ takes gap locks on the missing leader row of a new
 	// namespace, and concurrent first elections then deadlock. Elect's own
@@ -188,18 +328,32 @@ func openMySQLConfig(cfg *drv.Config) (Opened, error) {
 			// READ COMMITTED for every transaction, so that concurrent first
 			// elections do not deadlock on gap locks. MariaDB before 11.1 and
 			// MySQL before 5.7.20 only know the variable as tx_isolation.
-			if hasIsolation(cfg.Params) {
+			_, hasMode := cfg.Params["tidb_txn_mode"]
+			if hasIsolation(cfg.Params) && hasMode {
 				return "", nil
 			}
 			var version string
 			if err := db.QueryRow("SELECT VERSION()").Scan(&version); err != nil {
 				return "", err
 			}
-			name := "transaction_isolation"
-			if strings.Contains(strings.ToLower(version), "mariadb") {
-				name = "tx_isolation"
+			changed := false
+			if !hasIsolation(cfg.Params) {
+				name := "transaction_isolation"
+				if strings.Contains(strings.ToLower(version), "mariadb") {
+					name = "tx_isolation"
+				}
+				cfg.Params[name] = "'READ-COMMITTED'"
+				changed = true
 			}
-			cfg.Params[name] = "'READ-COMMITTED'"
+			if !hasMode && isTiDB(version) {
+				// Pessimistic transactions, whatever the cluster's default:
+				// Check refuses optimistic ones.
+				cfg.Params["tidb_txn_mode"] = "'pessimistic'"
+				changed = true
+			}
+			if !changed {
+				return "", nil
+			}
 			return cfg.FormatDSN(), nil
 		},
 	}, nil

@@ -1,6 +1,7 @@
 package dialect
 
 import (
+	"context"
 	"database/sql"
 	"database/sql/driver"
 	"errors"
@@ -71,6 +72,13 @@ type Opened struct {
 	// place of the one sql.Open(DriverName, dsn) would use. It is called
 	// with DSN (the reopened one, after AfterOpen).
 	Connector func(dsn string) (driver.Connector, error)
+	// ResetTimeout, when not nil, bounds the check a pooled connection gets
+	// when it is handed out again (driver.SessionResetter), given the
+	// context of the call that takes it.
+	ResetTimeout func(ctx context.Context) time.Duration
+	// HostCheck, when not nil, finds connections to a host that stopped
+	// answering.
+	HostCheck *HostCheck
 }
 
 // PoolSettings sizes a database/sql pool.

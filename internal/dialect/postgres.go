@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -25,18 +26,28 @@ import (
 
 // postgres is PostgreSQL through the pgx driver. now() is frozen at the start
 // of a transaction, so the clock is clock_timestamp(), read after lock waits.
-type postgres struct{}
+type postgres struct {
+	// schema, when set, holds the election tables (InSchema); the
+	// statements name them qualified.
+	schema string
+}
 
 var _ Dialect = postgres{}
 
 var pgStatements = build(postgres{})
 
-func (postgres) Name() string            { return "postgres" }
-func (postgres) Statements() *Statements { return pgStatements }
-func (postgres) Rebind(q string) string  { return rebindDollar(q) }
-func (postgres) rebind(q string) string  { return rebindDollar(q) }
-func (postgres) now() string             { return "clock_timestamp()" }
-func (d postgres) nowPlus() string       { return d.plus(d.now()) }
+func (postgres) Name() string { return "postgres" }
+
+func (d postgres) Statements() *Statements {
+	if d.schema == "" {
+		return pgStatements
+	}
+	return inSchema(d.schema).statements
+}
+func (postgres) Rebind(q string) string { return rebindDollar(q) }
+func (postgres) rebind(q string) string { return rebindDollar(q) }
+func (postgres) now() string            { return "clock_timestamp()" }
+func (d postgres) nowPlus() string      { return d.plus(d.now()) }
 func (postgres) plus(expr string) string {
 	return "(" + expr + " + CAST(? AS bigint) * interval '1 microsecond')"
 }
@@ -46,6 +57,8 @@ func (postgres) TimeArg(t time.Time) any         { return t.UTC() }
 func (postgres) upsertCandidate() string {
 	return "ON CONFLICT (namespace, candidate_id) DO UPDATE SET last_heartbeat_at = excluded.last_heartbeat_at, expires_at = excluded.expires_at"
 }
+
+func (postgres) upsert(keys, cols []string) string { return onConflictUpdate(keys, cols) }
 
 func (postgres) insertIgnore() string { return "ON CONFLICT (namespace) DO NOTHING" }
 
@@ -79,9 +92,17 @@ const pgRenew = `WITH l AS (
 )
 SELECT lease_expires_at FROM l`
 
-func (postgres) Renew(ctx context.Context, conn gorm.ConnPool, ns string, id uuid.UUID, term int64, expire time.Duration) (Renewed, bool, error) {
+// renewSQL is pgRenew naming the tables of d's schema.
+func (d postgres) renewSQL() string {
+	if d.schema == "" {
+		return pgRenew
+	}
+	return inSchema(d.schema).renew
+}
+
+func (d postgres) Renew(ctx context.Context, conn gorm.ConnPool, ns string, id uuid.UUID, term int64, expire time.Duration) (Renewed, bool, error) {
 	var exp Time
-	err := conn.QueryRowContext(ctx, pgRenew, ns, id, term, expire.Microseconds()).Scan(&exp)
+	err := conn.QueryRowContext(ctx, d.renewSQL(), ns, id, term, expire.Microseconds()).Scan(&exp)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Renewed{}, false, nil
 	}
@@ -99,8 +120,12 @@ func (postgres) Classify(err error) Class {
 	switch pe.Code {
 	case "40001", "40P01", "55P03":
 		return Transient
-	case "42P01":
+	case "42P01", "42703", "3F000": // a table or (schema version 2) a column missing; the schema missing (WithSchema before migrate.Up)
 		return MissingTable
+	case "25006": // read_only_sql_transaction: a standby, or default_transaction_read_only
+		return ReadOnly
+	case "57P01", "57P02", "57P03": // admin_shutdown, crash_shutdown, cannot_connect_now
+		return Shutdown
 	}
 	return Other
 }
@@ -177,11 +202,13 @@ func openPostgres(dsn string) (Opened, error) {
 		dsn = strings.TrimRight(dsn, " \t\n\r") + " timezone=UTC"
 	}
 	return Opened{
-		Dialect:    postgres{},
-		DriverName: "pgx",
-		DSN:        dsn,
-		Pool:       serverPool,
-		Connector:  pgConnector,
+		Dialect:      postgres{},
+		DriverName:   "pgx",
+		DSN:          dsn,
+		Pool:         serverPool,
+		Connector:    pgConnector,
+		ResetTimeout: pgResetTimeout(cfg, dsn),
+		HostCheck:    pgHostCheck(cfg),
 		Target: Target{
 			Database: "postgres",
 			Where:    fmt.Sprintf("%s (database %q, user %q)", pgHosts(cfg), cfg.Database, cfg.User),
@@ -203,10 +230,13 @@ func pgHosts(cfg *pgconn.Config) string {
 }
 
 // pgConnectTimeout bounds each host's connection attempt when the DSN sets
-// no connect_timeout. pgx tries the hosts of a multi-host DSN in order under
-// one context: without a bound, a first host that hangs instead of refusing
-// (a frozen VM, a black-holed route) used up every attempt's whole context,
-// and a promoted replica listed second was never reached.
+// no connect_timeout. pgx tries the hosts of a multi-host DSN in order, and
+// applies ConnectTimeout to each host in turn (pgconn's connectPreferred):
+// without a bound, a first host that hangs instead of refusing (a frozen VM,
+// a stopped process, a black-holed route) used up every attempt's whole
+// context, and a promoted replica listed second was never reached. Calls of
+// package election shorten it further (WithConnectTimeout), to a tenth of
+// their expiry window.
 const pgConnectTimeout = 5 * time.Second
 
 // pgKeepAlive probes an idle connection after 15 s and gives up on it after
@@ -215,11 +245,22 @@ const pgConnectTimeout = 5 * time.Second
 // operating system's default of hours (Go's own default: over two minutes).
 var pgKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: 5 * time.Second, Count: 3}
 
+// pgUserTimeout closes a connection whose sent data stays unacknowledged
+// that long (TCP_USER_TIMEOUT, on Linux): a statement written to a host
+// that went silent (a frozen VM, a cut route) fails after 10 s instead of
+// waiting for the kernel's retransmissions, some fifteen minutes. Keepalives
+// cover idle connections, this covers busy ones. Neither can see a host
+// whose kernel still answers while its server is stopped (SIGSTOP): that is
+// left to the calls' contexts and to pgResetTimeout.
+const pgUserTimeout = 10 * time.Second
+
 // pgConnector is pgx's connector for dsn, with these changes.
 //
-// Each host's connection attempt is bounded by pgConnectTimeout unless the
-// DSN sets connect_timeout, and connections send TCP keepalives
-// (pgKeepAlive).
+// Each host's connection attempt is bounded unless the DSN sets
+// connect_timeout: by pgConnectTimeout, or the shorter bound the caller's
+// context carries (WithConnectTimeout). Connections send TCP keepalives
+// (pgKeepAlive) and, on Linux, give up on unacknowledged data after
+// pgUserTimeout.
 //
 // Statements run in pgx's exec mode unless the DSN names another
 // (default_query_exec_mode): each is sent as an unnamed statement with its
@@ -244,6 +285,17 @@ var pgKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Inte
 // socket makes the server roll the transaction back and release its locks
 // at once; pgx still sends its cancel request afterwards, which frees a
 // session that was waiting for a lock.
+//
+// Except behind a pooler: a new connection's first statement compares the
+// process ID the server announced with pg_backend_pid(). A pooler
+// announces a key of its own, and from then on the connector's cancel
+// requests are not sent (the dial for one fails at once; closing the
+// socket still ends the server session's transaction, since the pooler
+// then drops its server connection). PgBouncer 1.18, the version Debian 12
+// ships, can crash on a cancel request that arrives while the server
+// connection it names is being closed (its issue 822, fixed in 1.19); a
+// fault that cancels many rounds at once made it do so under the chaos
+// soak.
 func pgConnector(dsn string) (driver.Connector, error) {
 	pc, err := pgconn.ParseConfig(dsn)
 	if err != nil {
@@ -257,21 +309,213 @@ func pgConnector(dsn string) (driver.Connector, error) {
 	if !modeSet {
 		cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
 	}
+	var opts []stdlib.OptionOpenDB
 	// connect_timeout=0 (wait for ever) is the user's choice too.
-	if pc.ConnectTimeout == 0 && !strings.Contains(strings.ToLower(dsn), "connect_timeout=") {
+	if !pgConnectTimeoutSet(pc, dsn) {
 		cfg.ConnectTimeout = pgConnectTimeout
+		opts = append(opts, stdlib.OptionBeforeConnect(func(ctx context.Context, c *pgx.ConnConfig) error {
+			if d, ok := connectTimeoutFrom(ctx); ok && d < c.ConnectTimeout {
+				c.ConnectTimeout = d
+			}
+			return nil
+		}))
 	}
-	dialer := &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAliveConfig: pgKeepAlive}
-	cfg.DialFunc = dialer.DialContext
+	dialer := &net.Dialer{KeepAliveConfig: pgKeepAlive, Control: tcpUserTimeout(pgUserTimeout)}
+	route := new(pgRoute)
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if ctx.Value(connectingKey{}) == nil && route.pooled() {
+			route.withheld.Add(1)
+			return nil, errCancelNotSent
+		}
+		return dialer.DialContext(ctx, network, addr)
+	}
+	opts = append(opts, stdlib.OptionAfterConnect(route.check))
 	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler { return closeOnCancel{c} }
-	return stdlib.GetConnector(*cfg), nil
+	return pgBoundedConnector{stdlib.GetConnector(*cfg, opts...), route}, nil
 }
 
-// closeOnCancel closes a connection the moment its call's context ends.
+// connectingKey marks the context of a connection attempt, so that the
+// dial function can tell it from the dial of a cancel request, which pgx
+// makes under a context of its own.
+type connectingKey struct{}
+
+// errCancelNotSent is the dial of a cancel request refused behind a pooler.
+var errCancelNotSent = errors.New("cancel request not sent through a connection pooler")
+
+// pgRoute records what the connector's connections were found to reach:
+// the server itself, or a pooler in front of it.
+type pgRoute struct {
+	state    atomic.Int32 // routeUnknown, routeDirect or routePooled
+	withheld atomic.Int64 // cancel requests not sent
+}
+
+const (
+	routeUnknown int32 = iota
+	routeDirect
+	routePooled
+)
+
+func (r *pgRoute) pooled() bool { return r.state.Load() == routePooled }
+
+// check runs on each new connection until one has answered: a server
+// announces its own process ID in BackendKeyData, a pooler a key of its
+// own. A connection whose check fails is closed and the attempt fails with
+// the check's error; the route stays unknown and the next connection asks
+// again.
+func (r *pgRoute) check(ctx context.Context, c *pgx.Conn) error {
+	if r.state.Load() != routeUnknown {
+		return nil
+	}
+	var pid uint32
+	if err := c.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		_ = c.Close(ctx) // pgx's connector leaves a connection it refuses open
+		return err
+	}
+	if pid == c.PgConn().PID() {
+		r.state.Store(routeDirect)
+	} else {
+		r.state.Store(routePooled)
+	}
+	return nil
+}
+
+// pgBoundedConnector makes a connection attempt that ran out of its bound
+// match context.DeadlineExceeded, as the caller's own deadline would: the
+// socket closed by closeOnCancel otherwise only says "use of closed network
+// connection".
+type pgBoundedConnector struct {
+	driver.Connector
+	route *pgRoute
+}
+
+func (c pgBoundedConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, err := c.Connector.Connect(context.WithValue(ctx, connectingKey{}, true))
+	if err != nil && ctx.Err() == nil && (errors.Is(err, net.ErrClosed) || pgconn.Timeout(err)) && !errors.Is(err, context.DeadlineExceeded) {
+		err = connectTimedOut{err}
+	}
+	return conn, err
+}
+
+// connectTimedOut is a connection attempt that ran out of its bound.
+type connectTimedOut struct{ err error }
+
+func (e connectTimedOut) Error() string {
+	return "connection attempt timed out: " + e.err.Error()
+}
+
+func (e connectTimedOut) Unwrap() []error { return []error{context.DeadlineExceeded, e.err} }
+
+// pgConnectTimeoutSet reports whether dsn sets connect_timeout itself.
+func pgConnectTimeoutSet(pc *pgconn.Config, dsn string) bool {
+	return pc.ConnectTimeout != 0 || strings.Contains(strings.ToLower(dsn), "connect_timeout=")
+}
+
+// pgResetTimeout bounds the check pgx makes of a pooled connection when it
+// hands it out after more than a second unused (a ping): the bound of a
+// connection attempt (the DSN's connect_timeout, else the caller's bound or
+// pgConnectTimeout). A pooled connection to a host that stopped answering
+// is then discarded after that long instead of holding its caller, whose
+// context may have no deadline (a leader's work), until the host returns.
+func pgResetTimeout(pc *pgconn.Config, dsn string) func(context.Context) time.Duration {
+	if pgConnectTimeoutSet(pc, dsn) {
+		d := pc.ConnectTimeout
+		return func(context.Context) time.Duration { return d }
+	}
+	return func(ctx context.Context) time.Duration {
+		if d, ok := connectTimeoutFrom(ctx); ok && d < pgConnectTimeout {
+			return d
+		}
+		return pgConnectTimeout
+	}
+}
+
+// pgHostCheck finds pgx connections to a silent host: a new connection to
+// the same address, with cfg's credentials and no target_session_attrs
+// check, that gets no answer within the bound.
+//
+// Hosts are matched by the address the DSN writes (a host name is not
+// resolved): a multi-host DSN of IP addresses, or of names whose sockets
+// report the same text, gets its passed-over hosts checked.
+func pgHostCheck(cfg *pgconn.Config) *HostCheck {
+	hosts := []string{net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))}
+	for _, fb := range cfg.Fallbacks {
+		hosts = append(hosts, net.JoinHostPort(fb.Host, strconv.Itoa(int(fb.Port))))
+	}
+	netConn := func(conn driver.Conn) net.Conn {
+		if sc, ok := UnwrapConn(conn).(*stdlib.Conn); ok {
+			return sc.Conn().PgConn().Conn()
+		}
+		return nil
+	}
+	return &HostCheck{
+		Addr: func(conn driver.Conn) string {
+			if nc := netConn(conn); nc != nil && nc.RemoteAddr() != nil {
+				return nc.RemoteAddr().String()
+			}
+			return ""
+		},
+		Silent: func(ctx context.Context, addr string, d time.Duration) bool {
+			host, port, err := net.SplitHostPort(addr)
+			if err != nil {
+				return false
+			}
+			p, err := strconv.ParseUint(port, 10, 16)
+			if err != nil {
+				return false
+			}
+			c := cfg.Copy()
+			c.Host, c.Port, c.Fallbacks, c.ValidateConnect, c.ConnectTimeout = host, uint16(p), nil, nil, d
+			dialer := &net.Dialer{}
+			c.DialFunc = dialer.DialContext
+			conn, err := pgconn.ConnectConfig(ctx, c)
+			if err == nil {
+				conn.Close(ctx)
+				return false
+			}
+			var pe *pgconn.PgError
+			return !errors.As(err, &pe) && ctx.Err() == nil && pgconn.Timeout(err)
+		},
+		Sever: func(conn driver.Conn) {
+			if nc := netConn(conn); nc != nil {
+				nc.Close()
+			}
+		},
+		Passed: func(conn driver.Conn) []string {
+			nc := netConn(conn)
+			if nc == nil || nc.RemoteAddr() == nil || len(hosts) < 2 {
+				return nil
+			}
+			at := slices.Index(hosts, nc.RemoteAddr().String())
+			if at <= 0 {
+				return nil
+			}
+			return hosts[:at]
+		},
+	}
+}
+
+// closeOnCancel ends a connection the moment its call's context ends,
+// instead of pgx's default of sending a cancel request over a new
+// connection first: the server then releases the locks the session holds at
+// once. It sets the socket's deadline to now, so that the call's read or
+// write fails with a timeout, which pgx reports as the context's error and
+// answers by closing the connection; closeBackstop later it closes the
+// socket itself, in case no call was reading. (Closing it at once would
+// race with the deadline, and a call losing that race would report "use of
+// closed network connection" instead of the context's error.)
 type closeOnCancel struct{ c *pgconn.PgConn }
 
-func (h closeOnCancel) HandleCancel(context.Context) { h.c.Conn().Close() }
-func (closeOnCancel) HandleUnwatchAfterCancel()      {}
+// closeBackstop is how long after a cancelled call closeOnCancel closes the
+// socket itself.
+const closeBackstop = 250 * time.Millisecond
+
+func (h closeOnCancel) HandleCancel(context.Context) {
+	conn := h.c.Conn()
+	_ = conn.SetDeadline(time.Now())
+	time.AfterFunc(closeBackstop, func() { conn.Close() })
+}
+
+func (closeOnCancel) HandleUnwatchAfterCancel() {}
 
 // pgParseMessage says why pgconn rejected dsn without showing a password.
 // pgconn masks the password of a URL it can parse, but not one given as a

@@ -50,16 +50,9 @@ func (postgres) Listen(ctx context.Context, db *sql.DB, channel string, ready fu
 	}
 	defer conn.Close()
 	return conn.Raw(func(dc any) error {
-		// A wrapping connector (session.OpenWrapped) hands out its own
-		// connection; look through wrappers that expose the driver's.
-		for {
-			u, ok := dc.(interface{ Unwrap() driver.Conn })
-			if !ok {
-				break
-			}
-			dc = u.Unwrap()
-		}
-		sc, ok := dc.(*stdlib.Conn)
+		// A wrapping connector (session.OpenWrapped, otelsql) hands out its
+		// own connection; look through wrappers that expose the driver's.
+		sc, ok := UnwrapConn(dc).(*stdlib.Conn)
 		if !ok {
 			return ErrCannotListen
 		}

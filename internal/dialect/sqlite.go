@@ -50,6 +50,8 @@ func (sqlite) upsertCandidate() string {
 	return "ON CONFLICT (namespace, candidate_id) DO UPDATE SET last_heartbeat_at = excluded.last_heartbeat_at, expires_at = excluded.expires_at"
 }
 
+func (sqlite) upsert(keys, cols []string) string { return onConflictUpdate(keys, cols) }
+
 func (sqlite) insertIgnore() string { return "ON CONFLICT (namespace) DO NOTHING" }
 
 // selectLeader with UpdateLock reads the row with a write: an upsert that

@@ -22,7 +22,8 @@ func classifySQLite(err error) (c Class, ok bool) {
 	switch {
 	case se.Code == sqlite3.ErrBusy || se.Code == sqlite3.ErrLocked:
 		return Transient, true
-	case strings.Contains(se.Error(), "no such table"):
+	case strings.Contains(se.Error(), "no such table"), strings.Contains(se.Error(), "no such column"),
+		strings.Contains(se.Error(), "has no column named"): // a table, or a column of schema version 2, missing
 		return MissingTable, true
 	}
 	return Other, true

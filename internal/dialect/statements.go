@@ -1,5 +1,7 @@
 package dialect
 
+import "strings"
+
 // Statements are the SQL statements of the election protocol on one
 // database, ready to run: their markers are in the driver's form. Each
 // field documents its bound parameters in order. Durations are bound as
@@ -8,10 +10,12 @@ type Statements struct {
 	// Clock reads the database clock: one row, one column, UTC.
 	Clock string
 	// UpsertNow creates or refreshes a candidate row from one reading of
-	// the clock: namespace, candidate id, expiry window (a duration).
+	// the clock, and sets its identity: namespace, candidate id, expiry
+	// window (a duration), hostname, pid, label.
 	UpsertNow string
-	// UpsertAt creates or refreshes a candidate row with the times given:
-	// namespace, candidate id, registered at, last heartbeat at, expires at.
+	// UpsertAt creates or refreshes a candidate row with the times given,
+	// and sets its identity: namespace, candidate id, registered at, last
+	// heartbeat at, expires at, hostname, pid, label.
 	UpsertAt string
 	// InsertLeader creates a namespace's leader row in term 1, or does
 	// nothing (zero rows affected) when it exists: namespace, leader id,
@@ -43,6 +47,37 @@ type Statements struct {
 	// Prune deletes one candidate row if it is still expired as Expired
 	// judged it: namespace, candidate id, duration.
 	Prune string
+	// LeaderIdentity reads the leader row and the identity on its leader's
+	// candidate row, unlocked: namespace. It yields exactly one row: db_now,
+	// leader_id, term, lease_expires_at, acquired_at, hostname, pid, label,
+	// the last three NULL when there is no such candidate row.
+	LeaderIdentity string
+	// Candidates returns the live candidates, ordered by id: namespace. Each
+	// row is candidate_id, hostname, pid, label, registered_at,
+	// last_heartbeat_at, expires_at, and 1 when the candidate holds the
+	// namespace's live lease, else 0.
+	Candidates string
+	// InsertTerm records a granted term in the history (replacing a row of
+	// the same term, which only a reset leader row leaves behind):
+	// namespace, term, leader id, hostname, pid, label, acquired at.
+	InsertTerm string
+	// EndTerm records that a term ended, if it is not recorded as ended:
+	// ended at, reason, namespace, term.
+	EndTerm string
+	// EndHeld records that the term the leader row names ended now, if the
+	// history names the candidate as its leader and it is not recorded as
+	// ended: reason, namespace, leader id, namespace.
+	EndHeld string
+	// History returns a namespace's terms, newest first: namespace, limit.
+	// Each row is term, leader_id, hostname, pid, label, acquired_at,
+	// ended_at, end_reason.
+	History string
+	// Namespaces lists every namespace that has a leader row, a candidate
+	// row or a term in the history, sorted; no parameters.
+	Namespaces string
+	// PruneHistory deletes the terms that ended before the clock plus a
+	// (negative) duration: namespace, duration.
+	PruneHistory string
 	// SelectLeader, indexed by Lock, reads the leader row with that lock:
 	// namespace. It yields exactly one row: db_now, leader_id, term,
 	// lease_expires_at, acquired_at. The leader columns are NULL when the
@@ -52,11 +87,13 @@ type Statements struct {
 	SelectLeader [3]string
 }
 
-// All lists the statements the protocol runs (every one but Clock), for
-// preparing them ahead.
+// All lists the statements the protocol runs (every one but Clock and the
+// read-only calls of operators: Candidates, History, Namespaces), for preparing them
+// ahead.
 func (s *Statements) All() []string {
 	return append([]string{s.UpsertNow, s.UpsertAt, s.InsertLeader, s.KeepLease, s.Grant, s.Vacate, s.VacateTerm,
-		s.DeleteCandidate, s.IsLeader, s.List, s.Expired, s.Prune}, s.SelectLeader[:]...)
+		s.DeleteCandidate, s.IsLeader, s.List, s.Expired, s.Prune, s.LeaderIdentity, s.InsertTerm, s.EndTerm,
+		s.EndHeld, s.PruneHistory}, s.SelectLeader[:]...)
 }
 
 // pieces are what a database's file supplies for the statements: the parts
@@ -77,6 +114,10 @@ type pieces interface {
 	// INSERT INTO election_candidates (...) VALUES (...) that refreshes
 	// last_heartbeat_at and expires_at of an existing row.
 	upsertCandidate() string
+	// upsert is the clause appended to an INSERT that, when a row with the
+	// same key columns exists, sets each of cols to the value the INSERT
+	// gave it. It ends with the SET list, so more assignments can follow.
+	upsert(keys, cols []string) string
 	// insertIgnore is the clause appended to an INSERT into
 	// election_leaders that makes a duplicate namespace a no-op.
 	insertIgnore() string
@@ -85,8 +126,16 @@ type pieces interface {
 	selectLeader(lock Lock) string
 }
 
-// insertCandidate begins every statement that writes a candidate row.
-const insertCandidate = "INSERT INTO election_candidates (namespace, candidate_id, registered_at, last_heartbeat_at, expires_at) "
+// insertCandidate begins the statements that write a candidate row with
+// its identity.
+const insertCandidate = "INSERT INTO election_candidates (namespace, candidate_id, registered_at, last_heartbeat_at, expires_at, hostname, pid, label) "
+
+// candidateKey and candidateRefresh are the key of a candidate row and the
+// columns a registration refreshes.
+var (
+	candidateKey     = []string{"namespace", "candidate_id"}
+	candidateRefresh = []string{"last_heartbeat_at", "expires_at", "hostname", "pid", "label"}
+)
 
 // build writes the statements of the protocol, portable SQL with the
 // database's pieces, once per dialect.
@@ -94,10 +143,11 @@ func build(p pieces) *Statements {
 	now, nowPlus := p.now(), p.nowPlus()
 	s := &Statements{
 		Clock: "SELECT " + now,
-		// One reading of the clock for all three times.
+		// One reading of the clock for all three times (LIMIT 1: TiDB
+		// evaluates a derived table without it once per use).
 		UpsertNow: insertCandidate +
-			"SELECT ?, ?, t.n, t.n, " + p.plus("t.n") + " FROM (SELECT " + now + " AS n) t WHERE 1 = 1 " + p.upsertCandidate(),
-		UpsertAt:        insertCandidate + "VALUES (?, ?, ?, ?, ?) " + p.upsertCandidate(),
+			"SELECT ?, ?, t.n, t.n, " + p.plus("t.n") + ", ?, ?, ? FROM (SELECT " + now + " AS n LIMIT 1) t WHERE 1 = 1 " + p.upsert(candidateKey, candidateRefresh),
+		UpsertAt:        insertCandidate + "VALUES (?, ?, ?, ?, ?, ?, ?, ?) " + p.upsert(candidateKey, candidateRefresh),
 		InsertLeader:    "INSERT INTO election_leaders (namespace, leader_id, term, lease_expires_at, acquired_at, updated_at) VALUES (?, ?, 1, ?, ?, ?) " + p.insertIgnore(),
 		KeepLease:       "UPDATE election_leaders SET lease_expires_at = ?, updated_at = ? WHERE namespace = ? AND leader_id = ? AND term = ?",
 		Grant:           "UPDATE election_leaders SET leader_id = ?, term = term + 1, lease_expires_at = ?, acquired_at = ?, updated_at = ? WHERE namespace = ? AND term = ?",
@@ -108,13 +158,42 @@ func build(p pieces) *Statements {
 		List:            "SELECT candidate_id FROM election_candidates WHERE namespace = ? AND expires_at > " + now + " ORDER BY candidate_id",
 		Expired:         "SELECT candidate_id FROM election_candidates WHERE namespace = ? AND expires_at < " + nowPlus,
 		Prune:           "DELETE FROM election_candidates WHERE namespace = ? AND candidate_id = ? AND expires_at < " + nowPlus,
+
+		LeaderIdentity: "SELECT " + now + ", l.leader_id, l.term, l.lease_expires_at, l.acquired_at, c.hostname, c.pid, c.label " +
+			"FROM (SELECT 1) d LEFT JOIN election_leaders l ON l.namespace = ? " +
+			"LEFT JOIN election_candidates c ON c.namespace = l.namespace AND c.candidate_id = l.leader_id",
+		Candidates: "SELECT c.candidate_id, c.hostname, c.pid, c.label, c.registered_at, c.last_heartbeat_at, c.expires_at, " +
+			"CASE WHEN l.namespace IS NULL THEN 0 ELSE 1 END " +
+			"FROM (SELECT " + now + " AS n LIMIT 1) t JOIN election_candidates c ON c.namespace = ? AND c.expires_at > t.n " +
+			"LEFT JOIN election_leaders l ON l.namespace = c.namespace AND l.leader_id = c.candidate_id AND l.lease_expires_at > t.n " +
+			"ORDER BY c.candidate_id",
+		InsertTerm: "INSERT INTO election_history (namespace, term, leader_id, hostname, pid, label, acquired_at) VALUES (?, ?, ?, ?, ?, ?, ?) " +
+			p.upsert([]string{"namespace", "term"}, []string{"leader_id", "hostname", "pid", "label", "acquired_at"}) +
+			", ended_at = NULL, end_reason = NULL",
+		EndTerm: "UPDATE election_history SET ended_at = ?, end_reason = ? WHERE namespace = ? AND term = ? AND ended_at IS NULL",
+		EndHeld: "UPDATE election_history SET ended_at = " + now + ", end_reason = ? " +
+			"WHERE namespace = ? AND leader_id = ? AND ended_at IS NULL AND term = (SELECT term FROM election_leaders WHERE namespace = ?)",
+		History:      "SELECT term, leader_id, hostname, pid, label, acquired_at, ended_at, end_reason FROM election_history WHERE namespace = ? ORDER BY term DESC LIMIT ?",
+		PruneHistory: "DELETE FROM election_history WHERE namespace = ? AND ended_at < " + nowPlus,
+		Namespaces: "SELECT namespace FROM election_leaders UNION SELECT namespace FROM election_candidates " +
+			"UNION SELECT namespace FROM election_history ORDER BY 1",
 	}
 	for _, q := range []*string{&s.UpsertNow, &s.UpsertAt, &s.InsertLeader, &s.KeepLease, &s.Grant, &s.Vacate, &s.VacateTerm,
-		&s.DeleteCandidate, &s.IsLeader, &s.List, &s.Expired, &s.Prune} {
+		&s.DeleteCandidate, &s.IsLeader, &s.List, &s.Expired, &s.Prune,
+		&s.LeaderIdentity, &s.Candidates, &s.InsertTerm, &s.EndTerm, &s.EndHeld, &s.History, &s.PruneHistory, &s.Namespaces} {
 		*q = p.rebind(*q)
 	}
 	for _, l := range []Lock{NoLock, ShareLock, UpdateLock} {
 		s.SelectLeader[l] = p.selectLeader(l)
 	}
 	return s
+}
+
+// onConflictUpdate is the upsert clause of PostgreSQL and SQLite.
+func onConflictUpdate(keys, cols []string) string {
+	set := make([]string, len(cols))
+	for i, c := range cols {
+		set[i] = c + " = excluded." + c
+	}
+	return "ON CONFLICT (" + strings.Join(keys, ", ") + ") DO UPDATE SET " + strings.Join(set, ", ")
 }

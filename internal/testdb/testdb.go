@@ -38,7 +38,26 @@ const (
 	// reaches PostgreSQL through a pooler in transaction mode (PgBouncer),
 	// where notifications are not delivered.
 	PostgresPoolerEnv = "SQLELECT_POSTGRES_POOLER"
+	// OnlyEnv, when set, names the targets to test, comma-separated
+	// (sqlite, postgres, mysql): the others are left out, and with CI=true
+	// only a listed server's missing DSN is a failure. It runs the suites
+	// against one server, such as SQLELECT_MYSQL_DSN pointing at TiDB.
+	OnlyEnv = "SQLELECT_TEST_ONLY"
 )
+
+// wanted reports whether the target called name is to be tested (OnlyEnv).
+func wanted(name string) bool {
+	only := os.Getenv(OnlyEnv)
+	if only == "" {
+		return true
+	}
+	for _, n := range strings.Split(only, ",") {
+		if strings.TrimSpace(n) == name {
+			return true
+		}
+	}
+	return false
+}
 
 // TransactionPooler reports whether the configured PostgreSQL is reached
 // through a pooler in transaction mode (PostgresPoolerEnv).
@@ -63,12 +82,19 @@ type Target struct {
 	DSN string
 }
 
-// Targets returns the databases to test against. It fails tb when CI=true
-// and a server database is not configured.
+// Targets returns the databases to test against (all three, or those
+// OnlyEnv lists). It fails tb when CI=true and a server database to test is
+// not configured.
 func Targets(tb testing.TB) []Target {
 	tb.Helper()
-	out := []Target{{Name: "sqlite"}}
+	var out []Target
+	if wanted("sqlite") {
+		out = append(out, Target{Name: "sqlite"})
+	}
 	for _, s := range []struct{ name, env string }{{"postgres", PostgresEnv}, {"mysql", MySQLEnv}} {
+		if !wanted(s.name) {
+			continue
+		}
 		dsn := os.Getenv(s.env)
 		if dsn == "" {
 			if os.Getenv("CI") == "true" {
@@ -244,3 +270,37 @@ func Raw(tb testing.TB, db *gorm.DB) *sql.DB {
 
 // String names the target for messages.
 func (tg Target) String() string { return tg.Name }
+
+// TiDB reports whether db is a TiDB server (reached as the mysql target).
+func TiDB(tb testing.TB, db *gorm.DB) bool {
+	tb.Helper()
+	if db.Dialector.Name() != "mysql" {
+		return false
+	}
+	var version string
+	if err := db.Raw("SELECT VERSION()").Row().Scan(&version); err != nil {
+		tb.Fatalf("SELECT VERSION(): %v", err)
+	}
+	return strings.Contains(strings.ToLower(version), "tidb")
+}
+
+// GaleraEnv names the nodes of a Galera cluster to test against: a comma
+// separated list of MySQL DSNs, one per node, as internal/ci/galera.sh
+// prints them.
+const GaleraEnv = "SQLELECT_GALERA_DSNS"
+
+// Galera returns the DSNs of the Galera cluster's nodes, at least two, or
+// skips tb when GaleraEnv is not set (CI sets it in its Galera step, which
+// fails if the cluster does not start).
+func Galera(tb testing.TB) []string {
+	tb.Helper()
+	v := os.Getenv(GaleraEnv)
+	if v == "" {
+		tb.Skipf("%s is not set (internal/ci/galera.sh starts a cluster)", GaleraEnv)
+	}
+	dsns := strings.Split(v, ",")
+	if len(dsns) < 2 {
+		tb.Fatalf("%s names %d node(s); a cluster test needs at least 2", GaleraEnv, len(dsns))
+	}
+	return dsns
+}

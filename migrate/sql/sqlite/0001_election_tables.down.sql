@@ -1,3 +1,5 @@
+DROP TABLE IF EXISTS election_history;
+
 DROP TABLE IF EXISTS election_leaders;
 
 DROP TABLE IF EXISTS election_candidates;

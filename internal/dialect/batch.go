@@ -1,0 +1,172 @@
+package dialect
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Batch statements serve one candidate in many namespaces with one
+// statement each, whatever the number of namespaces: the statement text
+// grows with the count, the number of round trips does not. Each takes
+// the count n (at least 1) and returns the statement with the dialect's
+// markers, its tables qualified like the dialect's Statements.
+
+// BatchRenew extends, in one statement, every lease a candidate holds in
+// the terms given: parameters are the expiry window (a duration), the
+// candidate id, then n pairs of namespace and term. A lease that expired by
+// the database clock, or whose term moved on, is left alone, as in the
+// single renewal: the caller reads the seats afterwards (BatchSeats) to
+// learn which were extended.
+func BatchRenew(d Dialect, n int) string {
+	p := d.(pieces)
+	var b strings.Builder
+	b.WriteString("UPDATE election_leaders SET lease_expires_at = " + p.nowPlus() + ", updated_at = " + p.now() +
+		" WHERE leader_id = ? AND lease_expires_at > " + p.now() + " AND (")
+	for i := range n {
+		if i > 0 {
+			b.WriteString(" OR ")
+		}
+		b.WriteString("(namespace = ? AND term = ?)")
+	}
+	b.WriteString(")")
+	return finish(d, b.String())
+}
+
+// BatchSeats reads the seats of n namespaces with one reading of the
+// database clock: parameters are the namespaces. It yields one row per
+// namespace that has a leader row, and a single row of NULLs (but the
+// clock) when none has: db_now, namespace, leader_id, term,
+// lease_expires_at, acquired_at. It takes no lock.
+func BatchSeats(d Dialect, n int) string {
+	p := d.(pieces)
+	return finish(d, "SELECT t.n, l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at FROM (SELECT "+
+		p.now()+" AS n LIMIT 1) t LEFT JOIN election_leaders l ON l.namespace IN ("+marks(n)+")")
+}
+
+// BatchHeartbeat creates or refreshes n candidate rows, as UpsertAt does
+// one: parameters are, per row, namespace, candidate id, registered at,
+// last heartbeat at, expires at, hostname, pid, label.
+func BatchHeartbeat(d Dialect, n int) string {
+	p := d.(pieces)
+	row := "(?, ?, ?, ?, ?, ?, ?, ?)"
+	rows := strings.Repeat(row+", ", n-1) + row
+	return finish(d, insertCandidate+"VALUES "+rows+" "+p.upsert(candidateKey, candidateRefresh))
+}
+
+// BatchLive counts the distinct candidates live in any of n namespaces:
+// parameters are the namespaces.
+func BatchLive(d Dialect, n int) string {
+	p := d.(pieces)
+	return finish(d, "SELECT COUNT(DISTINCT candidate_id) FROM election_candidates WHERE namespace IN ("+marks(n)+") AND expires_at > "+p.now())
+}
+
+// BatchUnregister deletes a candidate's rows in n namespaces: parameters
+// are the candidate id, then the namespaces.
+func BatchUnregister(d Dialect, n int) string {
+	return finish(d, "DELETE FROM election_candidates WHERE candidate_id = ? AND namespace IN ("+marks(n)+")")
+}
+
+// marks is n ? markers separated by commas.
+func marks(n int) string {
+	return strings.Repeat("?, ", n-1) + "?"
+}
+
+// finish rebinds q's markers for d's driver and qualifies its tables with
+// d's schema, if it has one.
+func finish(d Dialect, q string) string {
+	q = d.(pieces).rebind(q)
+	if s := Schema(d); s != "" {
+		q = qualify(q, QuoteSchema(s))
+	}
+	return q
+}
+
+// roundPrefix begins every statement BatchRound builds, and roundRowSep
+// separates the namespaces of its heartbeat's VALUES list.
+const (
+	roundPrefix = "WITH c AS (SELECT clock_timestamp() AS n)"
+	roundRowSep = " AS text)), (CAST("
+)
+
+// BatchRoundNamespaces reports whether q is a statement of BatchRound and
+// for how many namespaces, for tools that count a group's rounds by the
+// statements that reach the driver.
+func BatchRoundNamespaces(q string) (n int, ok bool) {
+	if !strings.HasPrefix(q, roundPrefix) {
+		return 0, false
+	}
+	return strings.Count(q, roundRowSep) + 1, true
+}
+
+// BatchRound is a group's whole round in one statement where the database
+// can run it as one: PostgreSQL, whose data-modifying WITH queries share the
+// statement's snapshot. ok is false on the other databases, which run
+// BatchRenew, BatchSeats, BatchHeartbeat and BatchLive instead.
+//
+// From one reading of the database clock the statement extends the leases
+// of the held terms as BatchRenew does, creates or refreshes the
+// candidate's rows in the n namespaces as BatchHeartbeat does, and reads
+// the n seats as BatchSeats does, each renewed lease with its new expiry.
+// Parameters: the expiry window (a duration), the candidate id, hostname,
+// pid and label; then the n namespaces; then the term of each held lease,
+// in the order of heldAt, which gives each held lease's namespace as an
+// index into the n. Rows are those of BatchSeats; with live, each ends
+// with the number of distinct candidates live in the n namespaces, this
+// one included.
+func BatchRound(d Dialect, n int, heldAt []int, live bool) (q string, ok bool) {
+	if _, ok := d.(postgres); !ok {
+		return "", false
+	}
+	const first = 6 // $1..$5: expiry window, id, hostname, pid, label
+	ns := func(i int) string { return "$" + strconv.Itoa(first+i) }
+	names := make([]string, n)
+	for i := range names {
+		names[i] = ns(i)
+	}
+	in := strings.Join(names, ", ")
+	until := "c.n + CAST($1 AS bigint) * interval '1 microsecond'"
+
+	var b strings.Builder
+	b.WriteString(roundPrefix)
+	if len(heldAt) > 0 {
+		b.WriteString(", r AS (UPDATE election_leaders AS u SET lease_expires_at = " + until + ", updated_at = c.n FROM c" +
+			" WHERE u.leader_id = $2 AND u.lease_expires_at > c.n AND (")
+		for k, i := range heldAt {
+			if k > 0 {
+				b.WriteString(" OR ")
+			}
+			b.WriteString("(u.namespace = " + ns(i) + " AND u.term = $" + strconv.Itoa(first+n+k) + ")")
+		}
+		b.WriteString(") RETURNING u.namespace, u.lease_expires_at)")
+	}
+	b.WriteString(", h AS (" + insertCandidate + "SELECT v.ns, $2, c.n, c.n, " + until +
+		", CAST($3 AS text), CAST($4 AS bigint), CAST($5 AS text) FROM c, (VALUES (CAST(")
+	b.WriteString(strings.Join(names, roundRowSep))
+	b.WriteString(" AS text))) v(ns) " + onConflictUpdate(candidateKey, candidateRefresh) + ")")
+	if live {
+		// Counted once, in a WITH item of its own: as a subquery of the
+		// SELECT list it would be correlated with c and counted again for
+		// every seat.
+		b.WriteString(", k AS (SELECT COUNT(DISTINCT candidate_id) + 1 AS n FROM election_candidates, c WHERE namespace IN (" + in +
+			") AND expires_at > c.n AND candidate_id <> $2)")
+	}
+	b.WriteString(" SELECT c.n, s.namespace, s.leader_id, s.term, ")
+	if len(heldAt) > 0 {
+		b.WriteString("COALESCE(r.lease_expires_at, s.lease_expires_at)")
+	} else {
+		b.WriteString("s.lease_expires_at")
+	}
+	b.WriteString(", s.acquired_at")
+	if live {
+		b.WriteString(", k.n")
+	}
+	b.WriteString(" FROM c")
+	if live {
+		b.WriteString(" CROSS JOIN k")
+	}
+	b.WriteString(" LEFT JOIN election_leaders s ON s.namespace IN (" + in + ")")
+	if len(heldAt) > 0 {
+		b.WriteString(" LEFT JOIN r ON r.namespace = s.namespace")
+	}
+	return finish(d, b.String()), true
+}

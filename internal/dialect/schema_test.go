@@ -1,0 +1,95 @@
+package dialect
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// TestInSchemaQualifiesEveryStatement: every statement of a schema's
+// PostgreSQL dialect that names an election table names it qualified, and
+// none is left naming the search path's tables, whatever fields Statements
+// gains.
+func TestInSchemaQualifiesEveryStatement(t *testing.T) {
+	d, err := InSchema(postgres{}, `Ap"p $1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const quoted = `"Ap""p $1".`
+	s := d.Statements()
+	var all []string
+	v := reflect.ValueOf(s).Elem()
+	for i := 0; i < v.NumField(); i++ {
+		f := v.Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			all = append(all, f.String())
+		case reflect.Array, reflect.Slice:
+			for j := 0; j < f.Len(); j++ {
+				all = append(all, f.Index(j).String())
+			}
+		}
+	}
+	renew := d.(postgres).renewSQL()
+	all = append(all, renew, BatchRenew(d, 2), BatchSeats(d, 2), BatchHeartbeat(d, 2), BatchLive(d, 2), BatchUnregister(d, 2))
+	for _, held := range [][]int{nil, {1}} {
+		round, ok := BatchRound(d, 2, held, true)
+		if !ok {
+			t.Fatal("BatchRound: not ok on PostgreSQL")
+		}
+		all = append(all, round)
+	}
+	for _, q := range all {
+		for _, m := range electionTable.FindAllStringSubmatchIndex(q, -1) {
+			start := m[4] // the table name
+			if !strings.HasSuffix(q[:start], quoted) {
+				t.Errorf("unqualified table in %q", q)
+			}
+		}
+	}
+	if !strings.Contains(renew, quoted+"election_leaders") || !strings.Contains(renew, quoted+"election_candidates") {
+		t.Errorf("renewal not qualified: %s", renew)
+	}
+	if pgStatements.Grant == s.Grant {
+		t.Error("the shared statements were changed or not qualified")
+	}
+	if strings.Contains(pgStatements.Grant, quoted) {
+		t.Error("the search path's statements were qualified")
+	}
+	for _, other := range []Dialect{mysql{}, sqlite{}} {
+		if _, err := InSchema(other, "app"); err == nil {
+			t.Errorf("InSchema on %s: no error", other.Name())
+		}
+	}
+}
+
+// TestBatchRoundOnlyOnPostgres: the one-statement round is PostgreSQL's;
+// the other databases run the round's statements one by one.
+func TestBatchRoundOnlyOnPostgres(t *testing.T) {
+	for _, d := range []Dialect{mysql{}, sqlite{}} {
+		if q, ok := BatchRound(d, 3, []int{0}, false); ok || q != "" {
+			t.Errorf("%s: BatchRound = %q, %v; want no statement", d.Name(), q, ok)
+		}
+	}
+}
+
+// TestBatchRoundNamespaces: the count of a round's namespaces is read back
+// from the statement, with or without held leases and a schema; other
+// statements are not rounds.
+func TestBatchRoundNamespaces(t *testing.T) {
+	d, err := InSchema(postgres{}, "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dd := range []Dialect{postgres{}, d} {
+		for _, n := range []int{1, 2, 7} {
+			q, _ := BatchRound(dd, n, []int{0}, n > 1)
+			if got, ok := BatchRoundNamespaces(q); !ok || got != n {
+				t.Errorf("%d namespaces: BatchRoundNamespaces = %d, %v", n, got, ok)
+			}
+		}
+	}
+	if _, ok := BatchRoundNamespaces(BatchHeartbeat(postgres{}, 3)); ok {
+		t.Error("a heartbeat counted as a round")
+	}
+}
