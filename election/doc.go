@@ -7,17 +7,23 @@
 //
 // # State
 //
-// Two tables, created by package migrate:
+// Three tables, created by package migrate:
 //
 //   - election_candidates: one row per (namespace, candidate). A candidate
 //     is a process identified by a UUID; it is live while its expires_at is
 //     later than the database clock. RegisterCandidate and Heartbeat write
-//     the row; UnregisterCandidate deletes it; rows expired for more than one
+//     the row, with the Election's identity (hostname, pid, label);
+//     UnregisterCandidate deletes it; rows expired for more than one
 //     expiry window are pruned.
 //   - election_leaders: one row per namespace, the seat. It holds the leader
 //     (NULL when vacant), the term, and lease_expires_at. The row is created
 //     by the first Elect of a namespace and never deleted, so the term never
 //     goes back.
+//   - election_history: one row per granted term, inserted by the
+//     transaction that grants it and closed (ended_at, end_reason) by the
+//     one that ends it: a resignation, an unregistration, the takeover of
+//     a lapsed lease, or an operator's VacateSeat. Renewals do not touch
+//     it. Ended terms older than the retention are pruned.
 //
 // A namespace is in one of three states: vacant (no leader), held (a leader
 // whose lease has not expired), or expired (a leader whose lease has
@@ -29,6 +35,7 @@
 //	held(a) --Elect(b)-->        held(a), unchanged: a live lease is never preempted
 //	held(a) --Unregister(a)-->   vacant, term kept
 //	held(a) --Resign(a)-->       vacant, term kept
+//	held(a) --VacateSeat-->      vacant, term kept
 //
 // # Clock
 //
@@ -112,7 +119,9 @@
 //
 //   - It is not consensus: if the database loses committed writes (a
 //     failover to an asynchronous replica), two candidates can hold the same
-//     term.
+//     term. Synchronous replication (PostgreSQL's
+//     synchronous_standby_names, failing over only to a synchronous
+//     standby) makes terms survive a failover.
 //   - Work outside the database (sending email, calling an API) cannot be
 //     fenced by Guard; gate it on Elector.IsLeader and accept that a paused
 //     process may still act once after it lost the lease. Pass the term to
@@ -126,11 +135,21 @@
 //
 //   - A crashed leader stops renewing; its lease expires after at most the
 //     expiry window and the next Elect by another live candidate takes over
-//     with the next term.
+//     with the next term. Electors try at the moment the lease they last
+//     read ends (its remaining time by the database clock, on their own
+//     monotonic clock), not at their next tick.
 //   - A graceful shutdown (UnregisterCandidate, or an Elector's Run
 //     returning) vacates the seat at once; other Electors are woken
 //     (PostgreSQL LISTEN/NOTIFY, or in-process) and take over in
-//     milliseconds.
+//     milliseconds. An Elector vacates (Run's unregistration, Resign) only
+//     once its OnStartedLeading has returned: a leader's work that does not
+//     return in time keeps the seat until the lease expires by itself.
+//   - A server that refuses writes (a standby, a primary set read-only)
+//     makes every call that writes return ErrReadOnly; leaders step down
+//     when their trust window passes, and an Elector logs it at error level
+//     each round. Connections opened by session.Open that answered so are
+//     discarded, so rounds recover as soon as the server (or, with a
+//     multi-host DSN, another host) accepts writes.
 //   - Invalid input returns a sentinel error (ErrInvalidCandidate,
 //     ErrInvalidNamespace, ErrInvalidOption, ErrNotMigrated, ...) and changes
 //     nothing.
@@ -163,6 +182,11 @@
 //   - protocol.go: the calls, RegisterCandidate to Prune, one transaction
 //     or statement each. Their SQL is not here: internal/dialect writes
 //     every statement, once per database (dialect.Statements).
+//   - identity.go: who a candidate is (Identity, WithLabel), written with
+//     every candidate row.
+//   - history.go: the history of terms (written by the grants and ends in
+//     protocol.go), the operators' read calls (Candidates, LeaderInfo,
+//     History) and VacateSeat.
 //   - retry.go: where a call runs (the caller's transaction, statements of
 //     their own, or a transaction of its own), retries of transient
 //     conflicts, and how errors become the sentinels.
@@ -173,6 +197,11 @@
 //   - handoff.go: waking candidates when the seat is vacated (in process,
 //     and LISTEN/NOTIFY), and the hooks that run in the vacating
 //     transaction.
-//   - elector.go: the Elector loop, its trust window and its callbacks.
+//   - elector.go: the Elector loop, its trust window, the follower's try at
+//     the end of the leader's lease, and its callbacks, whose leader work
+//     the seat is never vacated under.
 //   - backoff.go: the jittered backoff of every retry loop.
+//   - observer.go: what Electors report to an Observer (WithObserver), and
+//     ErrorClass, the label of an error in metrics.
+//   - health.go: HealthCheck, the liveness check of an Elector for probes.
 package election

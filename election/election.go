@@ -22,10 +22,15 @@ type Election struct {
 	db        *gorm.DB
 	d         dialect.Dialect
 	namespace string
+	schema    string // PostgreSQL schema of the tables (WithSchema), or ""
 	expire    time.Duration
-	log       *slog.Logger
+	log       *slog.Logger // logBase with the namespace
+	logBase   *slog.Logger // WithLogger's
 	txOpts    *sql.TxOptions
-	q         *dialect.Statements // the protocol's SQL, shared by every Election on the dialect
+	q         *dialect.Statements // the protocol's SQL, shared by every Election on the dialect and schema
+	observer  Observer            // nil when none (WithObserver)
+	identity  Identity            // written with every candidate row and granted term
+	retention time.Duration       // of ended terms in the history
 
 	mu        sync.Mutex
 	held      map[uuid.UUID]Lease // leases this value granted or renewed, for the one-statement renewal
@@ -35,7 +40,8 @@ type Election struct {
 
 	handoffOnce sync.Once // registers the wake-up hook once (handoff.go)
 
-	stmts *stmtCache // prepared statements, for dialects that gain from them (stmtcache.go)
+	stmts  *stmtCache // prepared statements, for dialects that gain from them (stmtcache.go)
+	parent *Election  // the Election whose stmts this one shares (inNamespace), kept reachable
 }
 
 // New binds an election to db and a namespace. It checks the options and the
@@ -69,7 +75,7 @@ func NewContext(ctx context.Context, db *gorm.DB, opts ...Option) (*Election, er
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", ErrInvalidOption)
 	}
-	c := config{namespace: DefaultNamespace, expire: DefaultExpire, logger: slog.Default()}
+	c := config{namespace: DefaultNamespace, expire: DefaultExpire, logger: slog.Default(), retention: DefaultHistoryRetention}
 	for _, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("%w: nil Option", ErrInvalidOption)
@@ -92,6 +98,11 @@ func NewContext(ctx context.Context, db *gorm.DB, opts ...Option) (*Election, er
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
+	if c.schema != "" {
+		if d, err = dialect.InSchema(d, c.schema); err != nil {
+			return nil, fmt.Errorf("%w: WithSchema: %w", ErrInvalidOption, err)
+		}
+	}
 	// A session of our own: the caller's *gorm.DB and its Config stay as
 	// they were. Statements go straight to the pool, so GORM's logger would
 	// see nothing but what Check runs; and they skip GORM's
@@ -99,6 +110,9 @@ func NewContext(ctx context.Context, db *gorm.DB, opts ...Option) (*Election, er
 	// into a panic.
 	own := gormx.Quiet(db)
 	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("election: checking the database: %w", err)
+	}
+	if d, err = dialect.Detect(ctx, own, d); err != nil {
 		return nil, fmt.Errorf("election: checking the database: %w", err)
 	}
 	txOpts, err := d.Check(ctx, own)
@@ -115,11 +129,16 @@ func NewContext(ctx context.Context, db *gorm.DB, opts ...Option) (*Election, er
 		db:        own,
 		d:         d,
 		namespace: c.namespace,
+		schema:    c.schema,
 		expire:    c.expire,
 		log:       c.logger.With("namespace", c.namespace),
+		logBase:   c.logger,
 		txOpts:    txOpts,
 		q:         d.Statements(),
+		identity:  localIdentity(c.label),
+		retention: c.retention,
 		held:      map[uuid.UUID]Lease{},
+		observer:  c.observer,
 	}
 	// Every vacated seat wakes the Electors waiting for it (handoff.go),
 	// whether or not this Election runs any.
@@ -128,8 +147,47 @@ func NewContext(ctx context.Context, db *gorm.DB, opts ...Option) (*Election, er
 	return e, nil
 }
 
+// ForNamespace returns an Election with e's settings (schema, expiry
+// window, logger, label, observer, history retention) in namespace ns,
+// without checking the database again: the cheap way to reach many
+// namespaces. It returns ErrInvalidNamespace for an invalid namespace.
+func (e *Election) ForNamespace(ns string) (*Election, error) {
+	if err := validNamespace(ns); err != nil {
+		return nil, err
+	}
+	return e.inNamespace(ns), nil
+}
+
+// inNamespace returns an Election with e's settings, checks and prepared
+// statements in namespace ns (a valid one), without a database call.
+func (e *Election) inNamespace(ns string) *Election {
+	n := &Election{
+		db:        e.db,
+		d:         e.d,
+		namespace: ns,
+		schema:    e.schema,
+		expire:    e.expire,
+		log:       e.logBase.With("namespace", ns),
+		logBase:   e.logBase,
+		txOpts:    e.txOpts,
+		q:         e.q,
+		identity:  e.identity,
+		retention: e.retention,
+		held:      map[uuid.UUID]Lease{},
+		observer:  e.observer,
+		stmts:     e.stmts,
+		parent:    e,
+	}
+	n.registerHandoff()
+	return n
+}
+
 // Namespace returns the namespace the Election is bound to.
 func (e *Election) Namespace() string { return e.namespace }
 
 // Expire returns the expiry window.
 func (e *Election) Expire() time.Duration { return e.expire }
+
+// Identity returns the identity the Election writes with its candidates:
+// this process's hostname and id, and the label given to WithLabel.
+func (e *Election) Identity() Identity { return e.identity }

@@ -26,10 +26,13 @@ var ErrElectorStarted = errors.New("election: Elector.Run already called")
 type ElectorConfig struct {
 	// Interval is the time between election rounds. Default Expire()/3. Each
 	// wait is shortened by up to 20% at random, so candidates do not tick in
-	// lockstep and none waits longer than Interval: after a crash, another
-	// candidate takes over within Expire() + Interval. A
-	// leader renews its lease every Interval, so several renewals can fail
-	// before its trust window ends. Must be positive and at most Expire()/2.
+	// lockstep and none waits longer than Interval. A follower whose last
+	// round saw the leader's lease end before its next tick tries at that
+	// end instead (see Run), so after a crash another candidate takes over
+	// about when the lease expires, at most Expire() after the last renewal
+	// plus a round trip. A leader renews its lease every Interval, so
+	// several renewals can fail before its trust window ends. Must be
+	// positive and at most Expire()/2.
 	Interval time.Duration
 
 	// SafetyMargin shortens the leader's trust in its lease: it leads only
@@ -51,9 +54,11 @@ type ElectorConfig struct {
 	// Guard). It runs in a goroutine of its own and should do the leader's
 	// work until ctx is cancelled, which happens the moment leadership is
 	// lost: the trust window ended without a renewal, the database named
-	// another leader, Resign, or Run's context ended. It must return soon
-	// after ctx is cancelled: Run waits for it (up to ShutdownTimeout)
-	// before unregistering, and a later OnStartedLeading of the same
+	// another leader, Resign, or Run's context ended. It should return soon
+	// after ctx is cancelled: the seat is never handed over while it runs.
+	// Run and Resign vacate the seat only once it has returned; if it has
+	// not returned within ShutdownTimeout, Run returns without vacating
+	// and the lease expires by itself. A later OnStartedLeading of the same
 	// Elector waits until it has returned, so two never run at once. ctx
 	// carries the values of Run's context. Optional.
 	OnStartedLeading func(ctx context.Context, lease Lease)
@@ -75,8 +80,12 @@ type ElectorConfig struct {
 	// ShutdownTimeout bounds each of the two waits of Run's return: for the
 	// callbacks to finish (OnStartedLeading to return, pending callbacks to
 	// run), and for the final UnregisterCandidate, which runs under
-	// context.WithoutCancel of Run's context with this timeout. Default
-	// DefaultShutdownTimeout. Must not be negative.
+	// context.WithoutCancel of Run's context with this timeout. When
+	// OnStartedLeading is still running after the first wait, Run neither
+	// unregisters nor vacates: it logs one warning and returns, and the
+	// lease and the candidate row expire by themselves, so the next leader
+	// waits for the whole lease. Default DefaultShutdownTimeout. Must not
+	// be negative.
 	ShutdownTimeout time.Duration
 }
 
@@ -103,16 +112,24 @@ type Elector struct {
 	resign  chan resignRequest
 	kick    chan struct{} // cap 1: the trust deadline moved (watchdog)
 	events  *dispatcher
+	work    *workCount // OnStartedLeading calls queued or running
 
-	mu       sync.Mutex
-	loopDone chan struct{} // nil before Run; closed when its loop ends
-	cur      *leadership   // nil when not leading
-	last     Lease         // last lease seen
+	mu        sync.Mutex
+	loopDone  chan struct{} // nil before Run; closed when its loop ends
+	cur       *leadership   // nil when not leading
+	last      Lease         // last lease seen
+	led       Lease         // lease of the last leadership, as it ended
+	resigning int           // Resigns waiting to vacate: rounds only observe
+	renewed   time.Time     // monotonic: when the last grant or renewal returned (HealthCheck)
+
+	working atomic.Int32 // OnStartedLeading calls running (HealthCheck)
 
 	// Loop-only state.
 	seen       bool
 	seenLeader uuid.UUID
 	seenTerm   int64
+	edgeLease  Lease // the lease whose end the last edge rounds were for
+	edgeTries  int   // edge rounds for edgeLease
 
 	// Test hooks, set by tests in this package before Run. now is the
 	// monotonic clock of the trust window (TestTrustWindowEdges stubs it).
@@ -139,6 +156,7 @@ const (
 	causeWakeLocal                         // a seat vacated in this process
 	causeWakeNotify                        // a NOTIFY from the database
 	causeAfterResign                       // the tick skipped after Resign (observe only)
+	causeEdge                              // the lease another candidate held has just ended
 )
 
 func (c roundCause) String() string {
@@ -155,6 +173,8 @@ func (c roundCause) String() string {
 		return "notify"
 	case causeAfterResign:
 		return "after-resign"
+	case causeEdge:
+		return "edge"
 	}
 	return "unknown"
 }
@@ -175,14 +195,14 @@ type leadership struct {
 	// Expire() - SafetyMargin. Each renewal moves it.
 	trustedUntil time.Time
 	cancel       context.CancelFunc // cancels the context of the leader's work
+	since        time.Time          // monotonic: when leading began (Observer's Tenure)
 }
 
 // trusted reports whether the leadership may still be acted on at now.
 func (l *leadership) trusted(now time.Time) bool { return now.Before(l.trustedUntil) }
 
 type resignRequest struct {
-	ctx   context.Context
-	reply chan error
+	reply chan int64 // the term to vacate, or anyTerm
 }
 
 // NewElector returns an Elector for candidate id in e's namespace. It
@@ -193,37 +213,9 @@ func (e *Election) NewElector(id uuid.UUID, cfg ElectorConfig) (*Elector, error)
 	if id == uuid.Nil {
 		return nil, fmt.Errorf("%w: NewElector", ErrInvalidCandidate)
 	}
-	expire := e.expire
-	var errs []error
-	bad := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...))
-	}
-	switch {
-	case cfg.Interval < 0:
-		bad("Interval must be positive, got %v", cfg.Interval)
-	case cfg.Interval == 0:
-		cfg.Interval = expire / 3
-	case cfg.Interval > expire/2:
-		bad("Interval %v must be at most half the expiry window %v", cfg.Interval, expire)
-	}
-	switch {
-	case cfg.SafetyMargin < 0:
-		bad("SafetyMargin must be positive, got %v", cfg.SafetyMargin)
-	case cfg.SafetyMargin == 0:
-		cfg.SafetyMargin = expire / 5
-	}
-	if len(errs) == 0 && cfg.SafetyMargin >= expire-cfg.Interval {
-		bad("SafetyMargin %v must be less than the expiry window minus the interval (%v - %v), or no renewal fits in the trust window",
-			cfg.SafetyMargin, expire, cfg.Interval)
-	}
-	switch {
-	case cfg.ShutdownTimeout < 0:
-		bad("ShutdownTimeout must not be negative, got %v", cfg.ShutdownTimeout)
-	case cfg.ShutdownTimeout == 0:
-		cfg.ShutdownTimeout = DefaultShutdownTimeout
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	cfg, err := checkRoundConfig(e.expire, cfg)
+	if err != nil {
+		return nil, err
 	}
 	return &Elector{
 		e:      e,
@@ -234,6 +226,7 @@ func (e *Election) NewElector(id uuid.UUID, cfg ElectorConfig) (*Elector, error)
 		resign: make(chan resignRequest),
 		kick:   make(chan struct{}, 1),
 		events: newDispatcher(),
+		work:   newWorkCount(),
 		now:    time.Now,
 	}, nil
 }
@@ -270,17 +263,26 @@ func (el *Elector) Lease() Lease {
 // renews the lease. Rounds run every Interval (jittered), and at once when
 // another candidate of the namespace vacates the seat: in this process, or
 // in any process on PostgreSQL through pgx (LISTEN/NOTIFY on a connection
-// taken from the pool while Electors run). A round that fails (database
-// down, connection cut, timeout) is logged with the Election's logger and
-// retried with a capped, jittered backoff; it never ends Run. Each call is
-// bounded by the trust window, and a timer ends leadership when the window
-// passes, so a leader steps down in time even when a call hangs.
+// taken from the pool while Electors run). A follower also runs a round at
+// the end of the lease it last read, when that comes before its next tick:
+// the lease's remaining time by the database clock, counted on the local
+// monotonic clock from the reading, plus 1 ms. It does so once per lease;
+// if the lease was renewed meanwhile, it goes back to its ticks. A round
+// that fails (database down, connection cut, timeout) is logged with the
+// Election's logger and retried with a capped, jittered backoff; it never
+// ends Run. Each call is bounded by the trust window, and a timer ends
+// leadership when the window passes, so a leader steps down in time even
+// when a call hangs.
 //
 // When ctx ends, Run stops leading (cancelling the leader's context), waits
 // for the callbacks to finish, unregisters the candidate, which vacates
 // the seat if it held it and wakes the other candidates, and returns nil.
-// The waits are bounded by ShutdownTimeout each. If the database is
-// unreachable, the lease then expires by itself.
+// The waits are bounded by ShutdownTimeout each. If OnStartedLeading has
+// not returned by then, Run does not unregister: the seat is never vacated
+// while the leader's work runs. It logs a warning and returns, and the
+// lease expires by itself, at most the expiry window after the last
+// renewal; the next leader waits for that. If the database is unreachable,
+// the lease also expires by itself.
 //
 // Run returns an error only for a nil ctx (ErrInvalidOption), a second call
 // (ErrElectorStarted), or ErrNotMigrated when the tables are missing before
@@ -297,7 +299,7 @@ func (el *Elector) Run(ctx context.Context) error {
 	el.loopDone = loopDone
 	el.mu.Unlock()
 
-	h := joinHub(el)
+	h := joinHub(el.e, el)
 	stopWatch, watchDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(watchDone)
@@ -309,7 +311,7 @@ func (el *Elector) Run(ctx context.Context) error {
 	err := el.loop(ctx)
 
 	close(loopDone)
-	leaveHub(el, h)
+	leaveHub(el.e, el, h)
 	el.mu.Lock()
 	if el.cur != nil {
 		el.stopLocked("shutting down")
@@ -320,13 +322,23 @@ func (el *Elector) Run(ctx context.Context) error {
 
 	el.events.close()
 	t := time.NewTimer(el.cfg.ShutdownTimeout)
-	if !el.events.wait(t.C) {
-		el.log.Warn("election: callbacks still running after the shutdown timeout; unregistering anyway",
-			"shutdown_timeout", el.cfg.ShutdownTimeout)
-	}
+	finished := el.events.wait(t.C)
 	t.Stop()
 	if err != nil {
 		return err
+	}
+	if !el.work.idle() {
+		el.mu.Lock()
+		led := el.led
+		el.mu.Unlock()
+		el.log.Warn("election: OnStartedLeading still running after the shutdown timeout; not vacating the seat: "+
+			"the lease expires by itself and the next leader waits for it",
+			"shutdown_timeout", el.cfg.ShutdownTimeout, "term", led.Term, "lease_expires_at", led.ExpiresAt)
+		return nil
+	}
+	if !finished {
+		el.log.Warn("election: callbacks still running after the shutdown timeout; unregistering anyway",
+			"shutdown_timeout", el.cfg.ShutdownTimeout)
 	}
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), el.cfg.ShutdownTimeout)
 	defer cancel()
@@ -339,17 +351,26 @@ func (el *Elector) Run(ctx context.Context) error {
 }
 
 // Resign gives up leadership without stopping: the Elector stops leading
-// (cancelling the leader's context), vacates the seat if it holds it (only
-// the term it leads in, when it leads), which wakes the other candidates,
-// and stays a candidate. It does not try to win again before its next tick
-// has passed (it then only heartbeats and looks at the seat), unless
-// another candidate vacates the seat before that. It does not wait for
-// OnStartedLeading to return. Resigning while not leading only makes the
-// Elector skip its next tick.
+// (cancelling the leader's context), waits for OnStartedLeading to return,
+// then vacates the seat if it holds it (only the term it leads in, when it
+// leads), which wakes the other candidates, and stays a candidate. Until
+// the seat is vacated, and for its next tick after that, the Elector does
+// not try to win (it only heartbeats and looks at the seat), unless
+// another candidate vacates the seat after the tick was skipped.
+// Resigning while not leading waits for any leader work still running,
+// vacates whatever lease the candidate holds, and makes the Elector skip
+// its next tick.
 //
-// While Run runs, the request is carried out between two rounds; ctx
-// bounds the wait and the database call. Without Run it is
-// Election.Resign.
+// Called from OnStartedLeading with its context (or one derived from it),
+// Resign cannot wait for its caller: it stops leading and returns nil at
+// once, and the seat is vacated as soon as OnStartedLeading returns.
+// Otherwise ctx bounds the wait for the leader's work and the database
+// call. When ctx ends before OnStartedLeading returned, Resign returns
+// ctx's error and leaves the seat as it is: the Elector has stopped
+// leading, and its lease runs until it expires, or until a later round of
+// the Elector, still a candidate, renews it. While Run runs, the request is carried out
+// between two rounds; without Run it waits for the leader's work of a
+// Run that has returned, then is Election.Resign.
 func (el *Elector) Resign(ctx context.Context) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: Resign: nil context", ErrInvalidOption)
@@ -357,17 +378,61 @@ func (el *Elector) Resign(ctx context.Context) error {
 	el.mu.Lock()
 	loopDone := el.loopDone
 	el.mu.Unlock()
+	term := int64(anyTerm)
+	fromWork := ctx.Value(workKey{}) == el
 	if loopDone != nil {
-		req := resignRequest{ctx: ctx, reply: make(chan error, 1)}
+		req := resignRequest{reply: make(chan int64, 1)}
 		select {
 		case el.resign <- req:
-			return <-req.reply
+			term = <-req.reply
 		case <-loopDone:
+			fromWork = false
 		case <-ctx.Done():
 			return fmt.Errorf("election: Resign: %w", ctx.Err())
 		}
+		if fromWork {
+			// The caller is the leader's work, which cannot return while
+			// it waits here: vacate once it has returned.
+			go func() {
+				defer el.resigned()
+				vctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), el.cfg.ShutdownTimeout+el.e.expire)
+				defer cancel()
+				select {
+				case <-el.work.wait():
+					if err := el.e.vacate(vctx, "Resign", el.id, term, false, nil); err != nil {
+						el.log.Warn("election: Resign: vacating the seat failed; the lease will expire", "err", err)
+					}
+				case <-vctx.Done():
+				}
+			}()
+			return nil
+		}
+		defer el.resigned()
 	}
-	return el.e.Resign(ctx, el.id)
+	select {
+	case <-el.work.wait():
+	case <-ctx.Done():
+		el.log.Info("election: Resign: OnStartedLeading did not return before the context ended; the seat was not vacated")
+		return fmt.Errorf("election: Resign: waiting for OnStartedLeading to return: %w", ctx.Err())
+	}
+	return el.e.vacate(ctx, "Resign", el.id, term, false, nil)
+}
+
+// resigned ends a Resign that doResign began: rounds may elect again.
+func (el *Elector) resigned() {
+	el.mu.Lock()
+	el.resigning--
+	el.mu.Unlock()
+}
+
+// workKey marks the context of the leader's work with its Elector.
+type workKey struct{}
+
+// isResigning reports whether a Resign waits to vacate the seat.
+func (el *Elector) isResigning() bool {
+	el.mu.Lock()
+	defer el.mu.Unlock()
+	return el.resigning > 0
 }
 
 // loop runs rounds until ctx ends.
@@ -381,7 +446,7 @@ func (el *Elector) loop(ctx context.Context) error {
 	)
 	for {
 		var err error
-		if cause == causeAfterResign {
+		if cause == causeAfterResign || el.isResigning() {
 			err = el.observeRound(ctx)
 		} else {
 			err = el.electRound(ctx, cause)
@@ -390,6 +455,7 @@ func (el *Elector) loop(ctx context.Context) error {
 			return nil
 		}
 		wait := el.jitter(el.cfg.Interval)
+		edge := false
 		if err != nil {
 			if !succeeded && errors.Is(err, ErrNotMigrated) {
 				el.log.Error("election: elector stopped", "err", err)
@@ -397,10 +463,18 @@ func (el *Elector) loop(ctx context.Context) error {
 			}
 			failures++
 			wait = el.retryWait(failures)
-			el.log.Warn("election: round failed; retrying", "err", err, "failures", failures, "retry_in", wait)
+			if errors.Is(err, ErrReadOnly) {
+				el.log.Error("election: the database is read-only (a standby or a read-only server); nobody can lead until it accepts writes",
+					"err", err, "failures", failures, "retry_in", wait)
+			} else {
+				el.log.Warn("election: round failed; retrying", "err", err, "failures", failures, "retry_in", wait)
+			}
 		} else {
 			succeeded = true
 			failures = 0
+			if d, ok := el.edgeWait(wait); ok {
+				wait, edge = d, true
+			}
 		}
 		if timer == nil {
 			timer = time.NewTimer(wait)
@@ -419,6 +493,8 @@ func (el *Elector) loop(ctx context.Context) error {
 					cause, skip = causeAfterResign, false
 				case err != nil:
 					cause = causeRetry
+				case edge:
+					cause = causeEdge
 				default:
 					cause = causeTick
 				}
@@ -432,6 +508,7 @@ func (el *Elector) loop(ctx context.Context) error {
 				// waits for the vacating transaction (a local wake-up comes
 				// before it commits) rather than read the old holder.
 				el.e.forgetSeat()
+				el.observeWake(src)
 				timer.Stop()
 				skip = false
 				cause = causeWakeLocal
@@ -439,12 +516,65 @@ func (el *Elector) loop(ctx context.Context) error {
 					cause = causeWakeNotify
 				}
 			case req := <-el.resign:
-				req.reply <- el.doResign(req.ctx)
+				req.reply <- el.doResign()
 				skip = true
 				timer.Reset(el.jitter(el.cfg.Interval))
 			}
 		}
 	}
+}
+
+// edgeMargin is how long after the local deadline of a lease's end a
+// follower tries: it covers the time from sending the reading to the
+// database reading its clock, and the coarseness of timers.
+const edgeMargin = time.Millisecond
+
+// edgeTries is how many rounds a follower runs at the end of one lease: a
+// second one, at the remaining time the first read, when the first came
+// before the database's end of the lease.
+const edgeTries = 2
+
+// edgeWait is crash failover at the lease's edge. After a round that saw
+// another candidate's live lease, the follower knows when it ends: the
+// remaining time by the database clock (expires_at minus the database's now,
+// read together), counted from the local monotonic time at which the
+// reading was sent. When that end comes before the next tick, the follower
+// waits until then (plus edgeMargin) instead of tick, and tries at once: a
+// crashed leader is replaced one lease after its last renewal, not at the
+// next tick after that. It tries at most edgeTries times per lease: if the
+// edge rounds find the seat still held (renewed, or not yet expired by the
+// database clock, which decides), the next wait is a normal tick, so a
+// clock that disagrees cannot make it spin.
+func (el *Elector) edgeWait(tick time.Duration) (time.Duration, bool) {
+	el.mu.Lock()
+	l, leading := el.last, el.cur != nil
+	el.mu.Unlock()
+	if leading || l.Vacant() || l.Leader == el.id {
+		return 0, false
+	}
+	tries := 0
+	if sameLease(l, el.edgeLease) {
+		tries = el.edgeTries
+	}
+	if tries >= edgeTries {
+		return 0, false
+	}
+	until, ok := el.e.seatEnds(l.Leader)
+	if !ok {
+		return 0, false
+	}
+	d := time.Until(until) + edgeMargin
+	if d >= tick {
+		return 0, false
+	}
+	el.edgeLease, el.edgeTries = l, tries+1
+	return max(d, 0), true
+}
+
+// sameLease reports whether a and b are one reading of a lease: same holder,
+// term and expiry.
+func sameLease(a, b Lease) bool {
+	return a.Leader == b.Leader && a.Term == b.Term && a.ExpiresAt.Equal(b.ExpiresAt)
 }
 
 // attemptCtx bounds one round's database calls: never past the trust
@@ -477,9 +607,15 @@ func (el *Elector) report(cause roundCause, l Lease, err error) {
 
 // electRound runs one Elect and acts on the lease it returns.
 func (el *Elector) electRound(ctx context.Context, cause roundCause) (err error) {
-	var lease Lease
-	defer func() { el.report(cause, lease, err) }()
+	var (
+		lease   Lease
+		started bool
+	)
 	start := el.now()
+	defer func() {
+		el.report(cause, lease, err)
+		el.observeAttempt(start, lease, started, err)
+	}()
 	actx, cancel := el.attemptCtx(ctx, start)
 	defer cancel()
 	if err := el.beforeCall(actx); err != nil {
@@ -507,7 +643,7 @@ func (el *Elector) electRound(ctx context.Context, cause roundCause) (err error)
 		el.mu.Unlock()
 		return fmt.Errorf("election: Elect took longer than the trust window (%v)", el.e.expire-el.cfg.SafetyMargin)
 	}
-	el.lead(ctx, lease, trustedUntil, cause)
+	started = el.lead(ctx, lease, trustedUntil, cause)
 	return nil
 }
 
@@ -515,8 +651,12 @@ func (el *Elector) electRound(ctx context.Context, cause roundCause) (err error)
 // look at the seat, without trying to win it.
 func (el *Elector) observeRound(ctx context.Context) (err error) {
 	var lease Lease
-	defer func() { el.report(causeAfterResign, lease, err) }()
-	actx, cancel := el.attemptCtx(ctx, el.now())
+	start := el.now()
+	defer func() {
+		el.report(causeAfterResign, lease, err)
+		el.observeAttempt(start, lease, false, err)
+	}()
+	actx, cancel := el.attemptCtx(ctx, start)
 	defer cancel()
 	if err := el.beforeCall(actx); err != nil {
 		return err
@@ -531,19 +671,23 @@ func (el *Elector) observeRound(ctx context.Context) (err error) {
 	return nil
 }
 
-// doResign stops leading and vacates the seat. A leader vacates only the
-// term it leads in, which its rounds keep current; an Elector that is not
-// leading knows no term and vacates whatever its candidate holds (a lease
-// granted by a round whose answer was lost).
-func (el *Elector) doResign(ctx context.Context) error {
+// doResign stops leading and returns the term Resign is to vacate once
+// the leader's work has returned; until Resign is done (resigned), rounds
+// only observe, so the Elector cannot renew or win the seat in between. A
+// leader vacates only the term it leads in, which its rounds keep current;
+// an Elector that is not leading knows no term and vacates whatever its
+// candidate holds (a lease granted by a round whose answer was lost, for
+// which no work runs).
+func (el *Elector) doResign() int64 {
 	term := int64(anyTerm)
 	el.mu.Lock()
+	defer el.mu.Unlock()
 	if el.cur != nil {
 		term = el.cur.lease.Term
 		el.stopLocked("resigned")
 	}
-	el.mu.Unlock()
-	return el.e.vacate(ctx, "Resign", el.id, term, false, nil)
+	el.resigning++
+	return term
 }
 
 // observe records a lease seen in a round and reports a change of leader or
@@ -562,35 +706,47 @@ func (el *Elector) observe(l Lease) {
 }
 
 // lead starts leading, or extends the trust window of the current term.
-func (el *Elector) lead(ctx context.Context, l Lease, trustedUntil time.Time, cause roundCause) {
+// It reports whether a new leadership began.
+func (el *Elector) lead(ctx context.Context, l Lease, trustedUntil time.Time, cause roundCause) bool {
 	el.mu.Lock()
 	defer el.mu.Unlock()
+	el.renewed = el.now()
 	if c := el.cur; c != nil {
 		if c.lease.Leader == l.Leader && c.lease.Term == l.Term {
 			c.lease.ExpiresAt = l.ExpiresAt
 			c.trustedUntil = trustedUntil
 			el.kickWatch()
-			return
+			return false
 		}
 		el.stopLocked("a new term began")
 	}
-	lctx, cancel := context.WithCancel(ctx)
-	cur := &leadership{lease: l, trustedUntil: trustedUntil, cancel: cancel}
+	lctx, cancel := context.WithCancel(context.WithValue(ctx, workKey{}, el))
+	cur := &leadership{lease: l, trustedUntil: trustedUntil, cancel: cancel, since: el.renewed}
 	el.cur = cur
 	el.kickWatch()
 	el.log.Info("election: leading", "term", l.Term, "lease_expires_at", l.ExpiresAt, "round", cause.String())
+	el.observeStart(cur)
 	if cb := el.cfg.OnStartedLeading; cb != nil {
-		el.events.startWork(func() { cb(lctx, l) })
+		el.work.add()
+		el.events.startWork(func() {
+			el.working.Add(1)
+			defer el.working.Add(-1)
+			defer el.work.done()
+			cb(lctx, l)
+		})
 	}
+	return true
 }
 
 // stopLocked ends the current leadership; el.mu must be held.
 func (el *Elector) stopLocked(reason string) {
 	c := el.cur
 	el.cur = nil
+	el.led = c.lease
 	c.cancel()
 	el.kickWatch()
 	el.log.Info("election: stopped leading", "term", c.lease.Term, "reason", reason)
+	el.observeStop(c, reason)
 	if cb := el.cfg.OnStoppedLeading; cb != nil {
 		l := c.lease
 		el.events.push(func() { cb(l) })
@@ -749,6 +905,54 @@ func (d *dispatcher) wait(timeout <-chan time.Time) bool {
 	case <-d.work:
 		return true
 	case <-timeout:
+		return false
+	}
+}
+
+// workCount counts the OnStartedLeading calls queued or running, so that the
+// seat is vacated only when none is.
+type workCount struct {
+	mu    sync.Mutex
+	n     int
+	empty chan struct{} // closed while n == 0
+}
+
+func newWorkCount() *workCount {
+	c := &workCount{empty: make(chan struct{})}
+	close(c.empty)
+	return c
+}
+
+func (c *workCount) add() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == 0 {
+		c.empty = make(chan struct{})
+	}
+	c.n++
+}
+
+func (c *workCount) done() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n--
+	if c.n == 0 {
+		close(c.empty)
+	}
+}
+
+// wait returns a channel closed once no work is queued or running.
+func (c *workCount) wait() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.empty
+}
+
+func (c *workCount) idle() bool {
+	select {
+	case <-c.wait():
+		return true
+	default:
 		return false
 	}
 }

@@ -379,7 +379,7 @@ func hubOf(t *testing.T, el *Elector) *hub {
 	return h
 }
 
-// TestHandoffListener: one listener per pool and namespace, shared by its
+// TestHandoffListener: one listener per pool, shared by its
 // Electors, gone (connection and goroutine) when the last one stops; none
 // on a pool too small to spare a connection.
 func TestHandoffListener(t *testing.T) {
@@ -459,7 +459,7 @@ func TestHandoffListener(t *testing.T) {
 	c := newRecordedElector(t, newTestElection(t, small, ns, 3*time.Second), s, ElectorConfig{})
 	startRun(t, c.el)
 	c.waitLeading(0)
-	if hc := hubOf(t, c.el); hc.cancel != nil {
+	if hc := hubOf(t, c.el); hc.l != nil {
 		t.Error("listening on a pool of two connections")
 	}
 }
@@ -525,5 +525,90 @@ func TestHandoffFromProtocolCalls(t *testing.T) {
 			}
 			mustStop(t, run)
 		})
+	}
+}
+
+// TestOneListenerPerPool: on PostgreSQL, Electors in several namespaces on
+// one pool share one LISTEN connection, and a notification still wakes the
+// Elector of the namespace it names (and only a notification could: the
+// vacating candidate is on another pool, and the tick is 3 s away). The
+// listener stops with the last hub.
+func TestOneListenerPerPool(t *testing.T) {
+	var pg *testdb.Target
+	for _, tg := range testdb.Targets(t) {
+		if tg.Name == "postgres" {
+			pg = &tg
+		}
+	}
+	if pg == nil {
+		t.Skip("PostgreSQL not configured")
+	}
+	testdb.SkipWithoutNotifications(t, *pg)
+	dsn, db := testdb.Shared(t, *pg)
+	other := testdb.OpenDSN(t, dsn)
+	s := &seq{}
+	var els []*recorder
+	var runs []*run
+	for range 3 {
+		ns := testdb.Namespace(t)
+		el := newRecordedElector(t, newTestElection(t, db, ns, 10*time.Second), s, ElectorConfig{Interval: 3 * time.Second})
+		els = append(els, el)
+		runs = append(runs, startRun(t, el.el))
+	}
+	for _, el := range els {
+		el.waitRound("the first round", 0, func(roundReport) bool { return true })
+	}
+	l := hubOf(t, els[0].el).l
+	if l == nil {
+		t.Fatal("no listener")
+	}
+	for _, el := range els[1:] {
+		if hubOf(t, el.el).l != l {
+			t.Fatal("Electors of one pool in two namespaces have two listeners")
+		}
+	}
+	hubs.Lock()
+	n := 0
+	for k := range hubs.listeners {
+		if k.pool == testdb.Raw(t, db) {
+			n++
+		}
+	}
+	hubs.Unlock()
+	if n != 1 {
+		t.Errorf("%d listeners on the pool, want 1", n)
+	}
+	select {
+	case <-hubOf(t, els[0].el).listeningC():
+	case <-time.After(waitLimit):
+		t.Fatal("not listening")
+	}
+	for i, b := range els {
+		b.waitLeading(0)
+		e := newTestElection(t, other, b.el.e.Namespace(), 10*time.Second)
+		a := uuid.New()
+		if err := b.el.Resign(electorCtx(t)); err != nil {
+			t.Fatalf("namespace %d: Resign: %v", i, err)
+		}
+		if l, err := e.Elect(electorCtx(t), a); err != nil || !l.HeldBy(a) {
+			t.Fatalf("namespace %d: Elect on the other pool: %+v, %v", i, l, err)
+		}
+		from := b.rounds.len()
+		if err := e.UnregisterCandidate(electorCtx(t), a); err != nil {
+			t.Fatal(err)
+		}
+		won, _ := b.waitRound(fmt.Sprintf("namespace %d: the winning round", i), from, func(rr roundReport) bool { return rr.lease.HeldBy(b.el.ID()) })
+		if won.cause != causeWakeNotify {
+			t.Errorf("namespace %d: won in a %s round, want %s", i, won.cause, causeWakeNotify)
+		}
+	}
+	for _, r := range runs {
+		mustStop(t, r)
+	}
+	hubs.Lock()
+	_, left := hubs.listeners[listenKey{pool: testdb.Raw(t, db)}]
+	hubs.Unlock()
+	if left {
+		t.Error("the listener outlived its hubs")
 	}
 }

@@ -41,6 +41,17 @@ var (
 	// the database has then aborted or poisoned the caller's transaction,
 	// which the caller must roll back and retry.
 	ErrConflict = errors.New("election: transient conflict")
+
+	// ErrReadOnly is returned by a call that had to write when the server
+	// refused writes: a standby (connected to one by mistake, or a DSN
+	// without target_session_attrs=read-write that reached one), or a
+	// primary set read-only (PostgreSQL default_transaction_read_only,
+	// MySQL/MariaDB read_only). It is not retried within the call; the
+	// connection that answered is discarded, so a later call reaches the
+	// server again on a new one. An Elector logs it at error level on every
+	// failed round ("the database is read-only"): alert on it, since no
+	// candidate can lead until the server accepts writes.
+	ErrReadOnly = errors.New("election: database is read-only")
 )
 
 // errUnsafe connects the dialect's error to the public sentinel.

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -234,4 +236,182 @@ func ExampleElector() {
 	// leading in term 1
 	// stopped leading term 1
 	// seat vacant after Run: true
+}
+
+// countRounds is an Observer that counts rounds by outcome. Embedding
+// NopObserver leaves the other methods empty.
+type countRounds struct {
+	election.NopObserver
+	led, renewed chan struct{}
+}
+
+func (c *countRounds) Attempt(a election.Attempt) {
+	switch a.Outcome {
+	case election.OutcomeLed:
+		select {
+		case c.led <- struct{}{}:
+		default:
+		}
+	case election.OutcomeRenewed:
+		select {
+		case c.renewed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// An Observer sees every round of the Electors of an Election, without
+// database calls of its own; here, the grant and a renewal. Its methods
+// must return quickly.
+func ExampleWithObserver() {
+	db, done := exampleDB()
+	defer done()
+	obs := &countRounds{led: make(chan struct{}, 1), renewed: make(chan struct{}, 1)}
+	e, err := election.New(db, election.WithNamespace("observed"), election.WithExpire(3*time.Second), election.WithObserver(obs))
+	if err != nil {
+		log.Fatal(err)
+	}
+	el, err := e.NewElector(alice, election.ElectorConfig{Interval: 100 * time.Millisecond})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	ran := make(chan error)
+	go func() { ran <- el.Run(ctx) }()
+	<-obs.led
+	fmt.Println("led")
+	<-obs.renewed
+	fmt.Println("renewed")
+	stop()
+	<-ran
+	// Output:
+	// led
+	// renewed
+}
+
+// A HealthCheck serves a liveness probe: 200 while the Elector follows or
+// leads and renews, 503 when it still acts as leader past its trust window.
+func ExampleNewHealthCheck() {
+	db, done := exampleDB()
+	defer done()
+	e, err := election.New(db, election.WithNamespace("probed"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	el, err := e.NewElector(alice, election.ElectorConfig{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	hc, err := election.NewHealthCheck(el, 5*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/healthz", hc) // or: if err := hc.Check(nil); err != nil { ... }
+	fmt.Println(hc.Name(), hc.Check(nil))
+	// Output: sqlelect-probed <nil>
+}
+
+// ErrorClass gives an error's class, a small fixed set for metrics labels.
+func ExampleErrorClass() {
+	fmt.Println(election.ErrorClass(fmt.Errorf("election: Elect: %w", election.ErrConflict)))
+	fmt.Println(election.ErrorClass(context.DeadlineExceeded))
+	fmt.Println(election.ErrorClass(fmt.Errorf("election: Elect: %w", election.ErrReadOnly)))
+	fmt.Println(election.ErrorClass(nil) == "")
+	// Output:
+	// conflict
+	// timeout
+	// read_only
+	// true
+}
+
+// History lists the terms of a namespace, newest first, with their leader's
+// identity and how each ended; VacateSeat is the operator's way to end a
+// term.
+func ExampleElection_History() {
+	db, done := exampleDB()
+	defer done()
+	ctx := context.Background()
+	e, _ := election.New(db, election.WithLabel("pod-7"))
+
+	_, _ = e.Elect(ctx, alice)
+	_ = e.Resign(ctx, alice)
+	_, _ = e.Elect(ctx, bob)
+	_, _ = e.VacateSeat(ctx) // an operator moves leadership on
+	_, _ = e.Elect(ctx, alice)
+
+	terms, _ := e.History(ctx, 10)
+	for _, t := range terms {
+		end := "running"
+		if t.Ended() {
+			end = string(t.EndReason)
+		}
+		fmt.Printf("term %d: %s, label %s, %s\n", t.Term, t.Leader.String()[34:], t.Identity.Label, end)
+	}
+	// Output:
+	// term 3: 0a, label pod-7, running
+	// term 2: 0b, label pod-7, vacated
+	// term 1: 0a, label pod-7, resigned
+}
+
+// Candidates shows who the live candidates are; LeaderInfo who leads.
+func ExampleElection_Candidates() {
+	db, done := exampleDB()
+	defer done()
+	ctx := context.Background()
+	e, _ := election.New(db, election.WithLabel("v1.4.2"))
+
+	_, _ = e.Elect(ctx, alice)
+	_ = e.RegisterCandidate(ctx, bob)
+	cands, _ := e.Candidates(ctx)
+	for _, c := range cands {
+		fmt.Printf("%s leader=%v label=%s pid-is-mine=%v\n", c.ID.String()[34:], c.Leader, c.Identity.Label, c.Identity.PID == os.Getpid())
+	}
+	info, _ := e.LeaderInfo(ctx)
+	fmt.Println("leader's label:", info.Identity.Label)
+	// Output:
+	// 0a leader=true label=v1.4.2 pid-is-mine=true
+	// 0b leader=false label=v1.4.2 pid-is-mine=true
+	// leader's label: v1.4.2
+}
+
+// One candidate in many namespaces: a Group sends the same few statements
+// per round whether it joins three namespaces or a thousand, and starts the
+// leader work of each namespace it wins on a goroutine of its own.
+func ExampleNewGroup() {
+	db, done := exampleDB()
+	defer done()
+	nss := []string{"tenant-a", "tenant-b", "tenant-c"}
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	led := map[string]bool{}
+	g, err := election.NewGroup(ctx, db, alice, election.GroupConfig{
+		Namespaces: nss,
+		OnStartedLeading: func(leaderCtx context.Context, lease election.Lease) {
+			mu.Lock()
+			led[lease.Namespace] = true
+			if len(led) == len(nss) {
+				cancel() // a real leader works until leaderCtx ends; here we shut down once all are led
+			}
+			mu.Unlock()
+			<-leaderCtx.Done()
+		},
+	}, election.WithExpire(3*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := g.Run(ctx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("led:", len(led), "namespaces")
+	for _, ns := range nss {
+		e, _ := election.New(db, election.WithNamespace(ns))
+		lease, _ := e.Leader(context.Background())
+		fmt.Println(ns, "vacant after Run:", lease.Vacant())
+	}
+	// Output:
+	// led: 3 namespaces
+	// tenant-a vacant after Run: true
+	// tenant-b vacant after Run: true
+	// tenant-c vacant after Run: true
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"hash/fnv"
 	"sync"
 	"time"
 
@@ -29,8 +31,23 @@ import (
 // Wake-ups are hints. They coalesce, may be lost (a listener reconnecting),
 // and may be spurious; the tick remains the fallback.
 
-// handoffChannel is the PostgreSQL notification channel of every namespace.
+// handoffChannel is the PostgreSQL notification channel of every namespace
+// whose tables are on the search path. Tables in a schema (WithSchema) have
+// a channel of their own (channelFor), so that two applications sharing a
+// database and a namespace name never wake each other.
 const handoffChannel = "sqlelect_handoff"
+
+// channelFor returns the notification channel of the tables in schema: a
+// hash of the name keeps any schema within PostgreSQL's 63-byte limit on
+// channel names.
+func channelFor(schema string) string {
+	if schema == "" {
+		return handoffChannel
+	}
+	h := fnv.New64a()
+	h.Write([]byte(schema))
+	return fmt.Sprintf("%s_%016x", handoffChannel, h.Sum64())
+}
 
 // listenBackoff spaces the listener's reconnections: from 100 ms doubling
 // up to 5 s, ±50%.
@@ -50,14 +67,29 @@ const (
 
 type hubKey struct {
 	pool      any // the *sql.DB, or the *Election when it has none
+	schema    string
 	namespace string
 }
 
-// hub is the set of running Electors sharing a pool and a namespace.
-type hub struct {
-	members map[*Elector]struct{}
+// listenKey names the listener a pool's hubs share: one LISTEN connection
+// per pool and schema, however many namespaces its Electors run in (the
+// payload names the namespace).
+type listenKey struct {
+	pool   any
+	schema string
+}
 
-	// The listener, when the dialect can listen.
+// hub is the set of running Electors (and Groups, one member per
+// namespace) sharing a pool and a namespace.
+type hub struct {
+	members map[hubMember]struct{}
+	l       *listener // shared with the pool's other hubs; nil when the dialect cannot listen
+}
+
+// listener is one LISTEN connection and its goroutine, shared by every hub
+// of a pool and schema, and counted by them.
+type listener struct {
+	hubs   int // hubs using it; guarded by hubs' mutex
 	cancel context.CancelFunc
 	done   chan struct{}
 
@@ -68,14 +100,15 @@ type hub struct {
 
 var hubs = struct {
 	sync.Mutex
-	m map[hubKey]*hub
-}{m: map[hubKey]*hub{}}
+	m         map[hubKey]*hub
+	listeners map[listenKey]*listener
+}{m: map[hubKey]*hub{}, listeners: map[listenKey]*listener{}}
 
 func (e *Election) hubKey() hubKey {
 	if pool := e.pool(); pool != nil {
-		return hubKey{pool: pool, namespace: e.namespace}
+		return hubKey{pool: pool, schema: e.schema, namespace: e.namespace}
 	}
-	return hubKey{pool: e, namespace: e.namespace}
+	return hubKey{pool: e, schema: e.schema, namespace: e.namespace}
 }
 
 func (e *Election) pool() *sql.DB {
@@ -98,7 +131,7 @@ func (e *Election) registerHandoff() {
 // then see the vacant seat.
 func (e *Election) announceVacancy(ctx context.Context, conn gorm.ConnPool, leader uuid.UUID) error {
 	if n, ok := e.d.(dialect.Notifier); ok {
-		if err := n.Notify(ctx, conn, handoffChannel, handoffPayload(leader, e.namespace)); err != nil {
+		if err := n.Notify(ctx, conn, channelFor(e.schema), handoffPayload(leader, e.namespace)); err != nil {
 			return err
 		}
 	}
@@ -128,83 +161,129 @@ func wakeHub(k hubKey, src wakeSource, vacated uuid.UUID) {
 	hubs.Lock()
 	defer hubs.Unlock()
 	if h := hubs.m[k]; h != nil {
-		for el := range h.members {
-			if el.id != vacated {
-				el.poke(src)
-			}
+		h.wake(src, vacated)
+	}
+}
+
+// hubMember is what a hub wakes: an Elector, or a Group in one namespace.
+type hubMember interface {
+	// candidate is the member's candidate id.
+	candidate() uuid.UUID
+	// poke tells the member that the seat may be free; it must not block.
+	poke(src wakeSource)
+}
+
+func (el *Elector) candidate() uuid.UUID { return el.id }
+
+// wake pokes h's members but the one that vacated; hubs' mutex is held.
+func (h *hub) wake(src wakeSource, vacated uuid.UUID) {
+	for m := range h.members {
+		if m.candidate() != vacated {
+			m.poke(src)
 		}
 	}
 }
 
-// joinHub adds el to its hub, starting the hub's listener if it is the
-// first member and the database can listen.
-func joinHub(el *Elector) *hub {
-	e := el.e
+// wakeAll wakes every Elector of the hubs sharing the listener of lk, after
+// the listener (re)connected: notifications sent meanwhile were lost.
+func wakeAll(lk listenKey) {
+	hubs.Lock()
+	defer hubs.Unlock()
+	for k, h := range hubs.m {
+		if k.pool == lk.pool && k.schema == lk.schema {
+			h.wake(wakeNotify, uuid.Nil)
+		}
+	}
+}
+
+// joinHub adds m, a member in e's namespace, to its hub. The first hub of
+// a pool and schema starts their shared listener, if the database can
+// listen.
+func joinHub(e *Election, m hubMember) *hub {
 	k := e.hubKey()
 	hubs.Lock()
 	defer hubs.Unlock()
 	h := hubs.m[k]
 	if h == nil {
-		h = &hub{members: map[*Elector]struct{}{}, ready: make(chan struct{})}
+		h = &hub{members: map[hubMember]struct{}{}, l: acquireListener(e, listenKey{pool: k.pool, schema: k.schema})}
 		hubs.m[k] = h
-		if n, ok := e.d.(dialect.Notifier); ok {
-			if pool := e.pool(); pool != nil {
-				if limit := pool.Stats().MaxOpenConnections; limit > 0 && limit < minListenPool {
-					e.log.Info("election: not listening for handoffs: the pool allows too few connections; candidates wait for their next tick",
-						"max_open_conns", limit, "needed", minListenPool)
-				} else {
-					ctx, cancel := context.WithCancel(context.Background())
-					h.cancel, h.done = cancel, make(chan struct{})
-					go h.listen(ctx, k, n, pool, e)
-				}
-			}
-		}
 	}
-	h.members[el] = struct{}{}
+	h.members[m] = struct{}{}
 	return h
 }
 
-// leaveHub removes el from its hub; the last member out stops the listener
-// and waits for it.
-func leaveHub(el *Elector, h *hub) {
-	k := el.e.hubKey()
+// acquireListener returns the listener of lk, started if it is the first
+// hub's, or nil when the database cannot listen. hubs' mutex is held.
+func acquireListener(e *Election, lk listenKey) *listener {
+	if l := hubs.listeners[lk]; l != nil {
+		l.hubs++
+		return l
+	}
+	n, ok := e.d.(dialect.Notifier)
+	pool := e.pool()
+	if !ok || pool == nil {
+		return nil
+	}
+	if limit := pool.Stats().MaxOpenConnections; limit > 0 && limit < minListenPool {
+		e.log.Info("election: not listening for handoffs: the pool allows too few connections; candidates wait for their next tick",
+			"max_open_conns", limit, "needed", minListenPool)
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &listener{hubs: 1, cancel: cancel, done: make(chan struct{}), ready: make(chan struct{})}
+	hubs.listeners[lk] = l
+	go l.listen(ctx, lk, n, pool, e)
+	return l
+}
+
+// leaveHub removes m, a member in e's namespace, from its hub; the last
+// member out removes the hub, and the last hub of a listener stops it and
+// waits for it.
+func leaveHub(e *Election, m hubMember, h *hub) {
+	k := e.hubKey()
+	var stop *listener
 	hubs.Lock()
-	delete(h.members, el)
-	last := len(h.members) == 0
-	if last && hubs.m[k] == h {
+	delete(h.members, m)
+	if len(h.members) == 0 && hubs.m[k] == h {
 		delete(hubs.m, k)
+		if l := h.l; l != nil {
+			if l.hubs--; l.hubs == 0 {
+				delete(hubs.listeners, listenKey{pool: k.pool, schema: k.schema})
+				stop = l
+			}
+		}
 	}
 	hubs.Unlock()
-	if last && h.cancel != nil {
-		h.cancel()
-		<-h.done
+	if stop != nil {
+		stop.cancel()
+		<-stop.done
 	}
 }
 
 // listen keeps one LISTEN connection open, reconnecting with a jittered
-// backoff, until ctx ends.
-func (h *hub) listen(ctx context.Context, k hubKey, n dialect.Notifier, pool *sql.DB, e *Election) {
-	defer close(h.done)
+// backoff, until ctx ends, and wakes the hub a notification names.
+func (l *listener) listen(ctx context.Context, lk listenKey, n dialect.Notifier, pool *sql.DB, e *Election) {
+	defer close(l.done)
 	failures := 0 // since the last successful subscription
 	connected := false
 	for {
-		err := n.Listen(ctx, pool, handoffChannel,
+		err := n.Listen(ctx, pool, channelFor(lk.schema),
 			func() {
 				if connected {
 					// Notifications sent while reconnecting are lost; a
 					// spurious round is cheaper than a missed handoff.
-					wakeHub(k, wakeNotify, uuid.Nil)
+					wakeAll(lk)
 				}
 				connected = true
 				failures = 0
-				h.setListening(true)
+				l.setListening(true)
 			},
 			func(payload string) {
-				if leader, ns, ok := parseHandoffPayload(payload); ok && ns == k.namespace {
-					wakeHub(k, wakeNotify, leader)
+				if leader, ns, ok := parseHandoffPayload(payload); ok {
+					wakeHub(hubKey{pool: lk.pool, schema: lk.schema, namespace: ns}, wakeNotify, leader)
 				}
 			})
-		h.setListening(false)
+		l.setListening(false)
 		if ctx.Err() != nil {
 			return
 		}
@@ -221,26 +300,29 @@ func (h *hub) listen(ctx context.Context, k hubKey, n dialect.Notifier, pool *sq
 	}
 }
 
-func (h *hub) setListening(on bool) {
-	h.listenMu.Lock()
-	defer h.listenMu.Unlock()
-	if on == h.listening {
+func (l *listener) setListening(on bool) {
+	l.listenMu.Lock()
+	defer l.listenMu.Unlock()
+	if on == l.listening {
 		return
 	}
-	h.listening = on
+	l.listening = on
 	if on {
-		close(h.ready)
+		close(l.ready)
 	} else {
-		h.ready = make(chan struct{})
+		l.ready = make(chan struct{})
 	}
 }
 
 // listeningC returns a channel closed while the hub's listener is
-// subscribed (for tests).
+// subscribed (for tests); it is never closed for a hub without one.
 func (h *hub) listeningC() <-chan struct{} {
-	h.listenMu.Lock()
-	defer h.listenMu.Unlock()
-	return h.ready
+	if h.l == nil {
+		return nil
+	}
+	h.l.listenMu.Lock()
+	defer h.l.listenMu.Unlock()
+	return h.l.ready
 }
 
 // onVacate registers fn to run in the transaction that vacates the seat

@@ -306,6 +306,9 @@ func (l *ledger) check(t testing.TB) electiontest.Result {
 type workload struct {
 	short, long *election.Election // the same namespace, different expiry windows
 	rounds      int
+	// until, when set, keeps the workload going past its rounds until then,
+	// so that a lease taken before it started has surely expired.
+	until time.Time
 }
 
 func (w workload) run(ctx context.Context, observer string, id uuid.UUID, rng *rand.Rand, l *ledger) {
@@ -317,7 +320,7 @@ func (w workload) run(ctx context.Context, observer string, id uuid.UUID, rng *r
 		return w.short
 	}
 	e := pick()
-	for r := 0; r < w.rounds && ctx.Err() == nil; r++ {
+	for r := 0; (r < w.rounds || time.Now().Before(w.until)) && ctx.Err() == nil; r++ {
 		lease, err := e.Elect(ctx, id)
 		if err != nil {
 			fail("Elect", err)

@@ -94,10 +94,11 @@ func otherKindTx(tb testing.TB, tg testdb.Target) func(t *testing.T) *gorm.DB {
 	}
 }
 
-// snapshot is every row of both election tables.
+// snapshot is every row of the election tables.
 type snapshot struct {
 	Candidates []models.Candidate
 	Leaders    []models.Leader
+	History    []models.Term
 }
 
 func takeSnapshot(t *testing.T, db *gorm.DB) snapshot {
@@ -108,6 +109,9 @@ func takeSnapshot(t *testing.T, db *gorm.DB) snapshot {
 	}
 	if err := db.Order("namespace").Find(&s.Leaders).Error; err != nil {
 		t.Fatalf("reading %s: %v", models.LeadersTable, err)
+	}
+	if err := db.Order("namespace, term").Find(&s.History).Error; err != nil {
+		t.Fatalf("reading %s: %v", models.HistoryTable, err)
 	}
 	return s
 }
@@ -154,6 +158,22 @@ var protocolCalls = []protocolCall{
 	}},
 	{"Prune", false, func(ctx context.Context, f *misuseFixture, _ uuid.UUID, o ...election.CallOption) error {
 		_, err := f.e.Prune(ctx, o...)
+		return err
+	}},
+	{"Candidates", false, func(ctx context.Context, f *misuseFixture, _ uuid.UUID, o ...election.CallOption) error {
+		_, err := f.e.Candidates(ctx, o...)
+		return err
+	}},
+	{"LeaderInfo", false, func(ctx context.Context, f *misuseFixture, _ uuid.UUID, o ...election.CallOption) error {
+		_, err := f.e.LeaderInfo(ctx, o...)
+		return err
+	}},
+	{"History", false, func(ctx context.Context, f *misuseFixture, _ uuid.UUID, o ...election.CallOption) error {
+		_, err := f.e.History(ctx, 10, o...)
+		return err
+	}},
+	{"VacateSeat", false, func(ctx context.Context, f *misuseFixture, _ uuid.UUID, o ...election.CallOption) error {
+		_, err := f.e.VacateSeat(ctx, o...)
 		return err
 	}},
 }
@@ -305,6 +325,10 @@ func misuseCases() []misuseCase {
 			return err
 		}},
 	)
+	for _, limit := range []int{0, -1} {
+		cases = append(cases, misuseCase{fmt.Sprintf("History/limit %d", limit), election.ErrInvalidOption,
+			func(t *testing.T, f *misuseFixture) error { _, err := f.e.History(ctx, limit); return err }})
+	}
 	return cases
 }
 

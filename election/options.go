@@ -7,6 +7,8 @@ import (
 	"unicode/utf8"
 
 	"gorm.io/gorm"
+
+	"github.com/sqlelect/sqlelect/internal/dialect"
 )
 
 // Defaults of New's options.
@@ -17,6 +19,9 @@ const (
 	DefaultExpire = 60 * time.Second
 	// MaxNamespaceLen is the longest namespace, in bytes.
 	MaxNamespaceLen = 191
+	// DefaultHistoryRetention is how long Prune keeps ended terms in the
+	// history of an Election made without WithHistoryRetention.
+	DefaultHistoryRetention = 30 * 24 * time.Hour
 )
 
 // An Option configures New.
@@ -28,6 +33,10 @@ type config struct {
 	namespace string
 	expire    time.Duration
 	logger    *slog.Logger
+	schema    string
+	observer  Observer
+	label     string
+	retention time.Duration
 	errs      []error
 }
 
@@ -42,6 +51,26 @@ func (f optionFunc) apply(c *config) { f(c) }
 // ErrInvalidNamespace.
 func WithNamespace(ns string) Option {
 	return optionFunc(func(c *config) { c.namespace = ns })
+}
+
+// WithSchema keeps the Election's tables in a PostgreSQL schema instead of
+// the connection's search path (usually public): every statement names the
+// tables qualified by the quoted schema, so two applications can share one
+// database without sharing tables, and the tables stay out of public. Create
+// them there with migrate.Up and migrate.WithSchema (the same name). Any
+// name of 1 to 63 bytes of UTF-8 without NUL bytes is accepted; it is
+// always quoted, so "Jobs" and "jobs" are two schemas. Elections in
+// different schemas are independent even with the same namespace. On MySQL,
+// where a schema is a database, and on SQLite, New returns
+// ErrInvalidOption: name another database in the DSN instead.
+func WithSchema(name string) Option {
+	return optionFunc(func(c *config) {
+		if err := dialect.ValidSchema(name); err != nil {
+			c.errs = append(c.errs, fmt.Errorf("%w: WithSchema: %w", ErrInvalidOption, err))
+			return
+		}
+		c.schema = name
+	})
 }
 
 // WithExpire sets the expiry window (default 60s): every RegisterCandidate,
@@ -68,6 +97,20 @@ func WithLogger(l *slog.Logger) Option {
 			return
 		}
 		c.logger = l
+	})
+}
+
+// WithHistoryRetention sets how long ended terms stay in the history
+// (default DefaultHistoryRetention, 30 days): Prune, which the leader runs
+// now and then, deletes the terms that ended longer ago than d. Terms that
+// have not ended are kept whatever their age. d must be at least a second.
+func WithHistoryRetention(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d < time.Second {
+			c.errs = append(c.errs, fmt.Errorf("%w: history retention must be at least 1s, got %v", ErrInvalidOption, d))
+			return
+		}
+		c.retention = d
 	})
 }
 

@@ -33,7 +33,8 @@ func (e *Election) register(ctx context.Context, op string, id uuid.UUID, opts [
 		return fmt.Errorf("%w: %s", ErrInvalidCandidate, op)
 	}
 	return e.autocommit(ctx, op, opts, func(conn gorm.ConnPool, _ bool) error {
-		_, err := conn.ExecContext(ctx, e.q.UpsertNow, e.namespace, id, e.d.DurationArg(e.expire))
+		_, err := conn.ExecContext(ctx, e.q.UpsertNow, e.namespace, id, e.d.DurationArg(e.expire),
+			e.identity.Hostname, e.identity.PID, e.identity.Label)
 		return err
 	})
 }
@@ -48,6 +49,9 @@ func (e *Election) register(ctx context.Context, op string, id uuid.UUID, opts [
 // Renewing keeps the term; every other grant increases it by one. When the
 // leader row does not exist yet, id creates it with term 1; if another caller
 // created it at the same moment, Elect locks the new row and decides again.
+// A grant records the new term in the history (see History) in the same
+// transaction, and a takeover of a lapsed lease records the old term as
+// expired; renewals write nothing there.
 //
 // A candidate that holds the lease through this Election renews it with a
 // single guarded statement (WHERE leader_id = id AND term = its term AND the
@@ -157,6 +161,9 @@ func (e *Election) elect(ctx context.Context, conn gorm.ConnPool, id uuid.UUID) 
 				// insert has committed, so lock the row and decide again.
 				continue
 			}
+			if err := e.recordTerm(ctx, conn, id, 1, now); err != nil {
+				return Lease{}, false, err
+			}
 			mine.Term, mine.AcquiredAt = 1, s.now
 			e.log.Debug("election: first leader of namespace", "leader", id, "term", 1)
 			return mine, false, nil
@@ -173,6 +180,16 @@ func (e *Election) elect(ctx context.Context, conn gorm.ConnPool, id uuid.UUID) 
 			}
 			if n != 1 {
 				return Lease{}, false, fmt.Errorf("leader row of term %d changed under its lock", s.term)
+			}
+			// The history: a lapsed lease ended when it expired (a vacated
+			// one was recorded as ended by the call that vacated it).
+			if s.leader != uuid.Nil && s.term > 0 {
+				if err := e.endTerm(ctx, conn, s.term, s.expires, EndExpired); err != nil {
+					return Lease{}, false, err
+				}
+			}
+			if err := e.recordTerm(ctx, conn, id, s.term+1, now); err != nil {
+				return Lease{}, false, err
 			}
 			mine.Term, mine.AcquiredAt = s.term+1, s.now
 			e.log.Debug("election: new leader", "leader", id, "term", mine.Term, "previous", s.leader)
@@ -199,7 +216,7 @@ func (e *Election) elect(ctx context.Context, conn gorm.ConnPool, id uuid.UUID) 
 func (e *Election) refreshAt(ctx context.Context, conn gorm.ConnPool, id uuid.UUID, now time.Time) error {
 	now = now.Truncate(time.Microsecond)
 	at, exp := e.d.TimeArg(now), e.d.TimeArg(now.Add(e.expire).Truncate(time.Microsecond))
-	_, err := conn.ExecContext(ctx, e.q.UpsertAt, e.namespace, id, at, at, exp)
+	_, err := conn.ExecContext(ctx, e.q.UpsertAt, e.namespace, id, at, at, exp, e.identity.Hostname, e.identity.PID, e.identity.Label)
 	return err
 }
 
@@ -224,7 +241,8 @@ func (e *Election) IsLeader(ctx context.Context, id uuid.UUID, opts ...CallOptio
 }
 
 // Leader returns the namespace's current lease: a Lease with Leader uuid.Nil
-// when the seat is vacant or the lease has expired.
+// when the seat is vacant or the lease has expired. LeaderInfo adds who the
+// leader is.
 func (e *Election) Leader(ctx context.Context, opts ...CallOption) (Lease, error) {
 	var out Lease
 	err := e.autocommit(ctx, "Leader", opts, func(conn gorm.ConnPool, _ bool) error {
@@ -267,9 +285,10 @@ func (e *Election) ListCandidates(ctx context.Context, opts ...CallOption) ([]uu
 
 // UnregisterCandidate deletes candidate id's row. If id was the leader, it
 // also vacates the seat, in whatever term id holds it, so another candidate
-// can take over at once, instead of waiting for the lease to expire. The
-// term is kept; the next grant increases it. Unregistering an unknown
-// candidate is not an error.
+// can take over at once, instead of waiting for the lease to expire, and
+// records the term as unregistered in the history. The term is kept; the
+// next grant increases it. Unregistering an unknown candidate is not an
+// error.
 func (e *Election) UnregisterCandidate(ctx context.Context, id uuid.UUID, opts ...CallOption) error {
 	if id == uuid.Nil {
 		return fmt.Errorf("%w: UnregisterCandidate", ErrInvalidCandidate)
@@ -279,7 +298,8 @@ func (e *Election) UnregisterCandidate(ctx context.Context, id uuid.UUID, opts .
 
 // Resign gives up the lease of candidate id, in whatever term id holds it,
 // and leaves the seat vacant for the next Elect of any candidate; id stays a
-// candidate. It is not an error when id does not lead.
+// candidate. The history records the term as resigned. It is not an error
+// when id does not lead.
 func (e *Election) Resign(ctx context.Context, id uuid.UUID, opts ...CallOption) error {
 	if id == uuid.Nil {
 		return fmt.Errorf("%w: Resign", ErrInvalidCandidate)
@@ -315,6 +335,13 @@ func (e *Election) vacate(ctx context.Context, op string, id uuid.UUID, term int
 			}
 		}
 		if n > 0 {
+			reason := EndResigned
+			if unregister {
+				reason = EndUnregistered
+			}
+			if _, err := conn.ExecContext(ctx, e.q.EndHeld, string(reason), e.namespace, id, e.namespace); err != nil {
+				return err
+			}
 			return e.runVacated(ctx, conn, id)
 		}
 		return nil
@@ -333,7 +360,11 @@ func (e *Election) vacate(ctx context.Context, op string, id uuid.UUID, term int
 // commit or roll back. Write leader-only data in the same transaction, after
 // Guard, and a stale leader can never commit. (On SQLite the database's
 // single writer gives the same: a write after Guard fails if another
-// connection wrote in between.) Without WithTx, Guard only checks.
+// connection wrote in between. On a Galera node, whose row locks other
+// nodes do not see, Guard also writes the seat row, without changing who
+// holds it or until when: a new term granted through another node then
+// makes the caller's commit fail certification, a deadlock error, instead
+// of letting the stale write in.) Without WithTx, Guard only checks.
 func (e *Election) Guard(ctx context.Context, lease Lease, opts ...CallOption) error {
 	if lease.Leader == uuid.Nil {
 		return fmt.Errorf("%w: the lease names no leader", ErrNotLeader)
@@ -345,6 +376,12 @@ func (e *Election) Guard(ctx context.Context, lease Lease, opts ...CallOption) e
 		lock := dialect.NoLock
 		if callerTx {
 			lock = dialect.ShareLock
+			// On Galera the shared lock is this node's alone: the
+			// transaction writes the seat row too, so that certification
+			// aborts it if a new term was granted on another node first.
+			if err := dialect.Fence(ctx, e.d, conn, e.namespace, lease.Leader, lease.Term); err != nil {
+				return err
+			}
 		}
 		s, err := e.readSeat(ctx, conn, lock)
 		if err != nil {
@@ -361,8 +398,11 @@ func (e *Election) Guard(ctx context.Context, lease Lease, opts ...CallOption) e
 }
 
 // Prune deletes the rows of candidates that expired more than one expiry
-// window ago and returns how many it deleted. Elect runs it now and then on
-// behalf of the leader; call it directly from maintenance jobs if you like.
+// window ago, and the terms of the history that ended longer ago than the
+// history retention (WithHistoryRetention, default 30 days), and returns
+// how many rows it deleted. Elect runs it now and then on behalf of the
+// leader, after a renewal, never inside one; call it directly from
+// maintenance jobs if you like.
 func (e *Election) Prune(ctx context.Context, opts ...CallOption) (int, error) {
 	var n int
 	err := e.autocommit(ctx, "Prune", opts, func(conn gorm.ConnPool, _ bool) error {
@@ -393,7 +433,9 @@ func (e *Election) Prune(ctx context.Context, opts ...CallOption) (int, error) {
 			}
 			n += int(m)
 		}
-		return nil
+		m, err := affected(conn.ExecContext(ctx, e.q.PruneHistory, e.namespace, e.d.DurationArg(-e.retention)))
+		n += int(m)
+		return err
 	})
 	return n, err
 }
@@ -414,8 +456,8 @@ func (e *Election) maybePrune(ctx context.Context, opts []CallOption) {
 		return
 	}
 	if n, err := e.Prune(ctx); err != nil {
-		e.log.Warn("election: pruning expired candidates failed", "err", err)
+		e.log.Warn("election: pruning expired candidates and old history failed", "err", err)
 	} else if n > 0 {
-		e.log.Debug("election: pruned expired candidates", "count", n)
+		e.log.Debug("election: pruned expired candidates and old history", "count", n)
 	}
 }

@@ -2,6 +2,7 @@ package election
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -67,6 +68,7 @@ func (e *Election) do(ctx context.Context, op string, opts []CallOption, sc scop
 	if cc.err != nil {
 		return cc.err
 	}
+	ctx = dialect.WithConnectTimeout(ctx, e.connectTimeout())
 	if cc.tx != nil {
 		if !gormx.InTransaction(cc.tx) {
 			return fmt.Errorf("%w: WithTx needs a handle inside a transaction (from db.Begin, db.Transaction or session.FromTx)", ErrInvalidOption)
@@ -91,10 +93,43 @@ func (e *Election) do(ctx context.Context, op string, opts []CallOption, sc scop
 	}
 }
 
+// connectTimeout bounds each host's attempt when a call has to open a
+// connection (PostgreSQL; a DSN's connect_timeout takes precedence): a tenth
+// of the expiry window, between 1 s and 5 s. A failover to a host listed
+// after one that hangs then costs a round that much, well inside the trust
+// window.
+func (e *Election) connectTimeout() time.Duration {
+	return min(max(e.expire/10, time.Second), 5*time.Second)
+}
+
+// boundConn runs statements on a pool with the connect bound of the
+// Election (connectTimeout) in their context: the calls' statements run
+// under the caller's context, which do cannot replace.
+type boundConn struct {
+	pool gorm.ConnPool
+	d    time.Duration
+}
+
+func (b boundConn) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
+	return b.pool.PrepareContext(dialect.WithConnectTimeout(ctx, b.d), query)
+}
+
+func (b boundConn) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return b.pool.ExecContext(dialect.WithConnectTimeout(ctx, b.d), query, args...)
+}
+
+func (b boundConn) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return b.pool.QueryContext(dialect.WithConnectTimeout(ctx, b.d), query, args...)
+}
+
+func (b boundConn) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	return b.pool.QueryRowContext(dialect.WithConnectTimeout(ctx, b.d), query, args...)
+}
+
 // once runs fn one time in scope sc.
 func (e *Election) once(ctx context.Context, sc scope, fn callFunc) error {
 	if sc == scopeStatements {
-		return fn(e.conn(nil), false)
+		return fn(boundConn{e.conn(nil), e.connectTimeout()}, false)
 	}
 	tx := e.db.WithContext(ctx).Begin(e.txOpts)
 	if tx.Error != nil {
@@ -121,6 +156,8 @@ func (e *Election) wrap(ctx context.Context, op string, err error, callerTx bool
 	switch e.d.Classify(err) {
 	case dialect.MissingTable:
 		return fmt.Errorf("%w: %s: %w", ErrNotMigrated, op, err)
+	case dialect.ReadOnly:
+		return fmt.Errorf("%w: %s: %w", ErrReadOnly, op, err)
 	case dialect.Transient:
 		if callerTx {
 			return fmt.Errorf("%w: %s in the caller's transaction (roll it back and retry): %w", ErrConflict, op, err)

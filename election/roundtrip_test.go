@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"gorm.io/gorm"
 
+	"github.com/sqlelect/sqlelect/election"
 	"github.com/sqlelect/sqlelect/internal/rtcount"
 	"github.com/sqlelect/sqlelect/internal/testdb"
 	"github.com/sqlelect/sqlelect/migrate"
@@ -42,8 +43,16 @@ func openCounted(tb testing.TB, tg testdb.Target) (*gorm.DB, *rtcount.Counter) {
 
 // Round-trip budgets of Elect (see docs/performance.md).
 const (
-	maxFirstRoundTrips = 5 // a first acquisition on a new namespace
+	// a first acquisition on a new namespace: begin, read and lock the
+	// seat, refresh the candidate, create the seat, record the term in the
+	// history, commit
+	maxFirstRoundTrips = 6
 	maxRenewRoundTrips = 2 // a renewal by the leader through the same Election
+	// a takeover of a lapsed lease: the first acquisition's 6, with the
+	// grant in place of the insert, and the old term's end in the history
+	// (7); then the prune the new leader runs after its transaction: the
+	// read of expired candidates and the delete of old history (2)
+	maxTakeoverRoundTrips = 9
 )
 
 // TestRoundTripElect counts the round trips of Elect's first acquisition and
@@ -94,6 +103,27 @@ func TestRoundTripElect(t *testing.T) {
 				}
 			}
 			t.Logf("renewal: %d round trips (%v)", n.Total(), n)
+
+			// A takeover after expiry also records the old term's end.
+			short := mustElection(t, db, testdb.Namespace(t), election.WithExpire(shortExpire))
+			old := uuid.New()
+			if _, err := short.Elect(ctx, old); err != nil {
+				t.Fatalf("Elect: %v", err)
+			}
+			waitSeatVacant(t, ctx, short)
+			before = c.Snapshot()
+			taken, err := short.Elect(ctx, id)
+			if err != nil {
+				t.Fatalf("takeover: %v", err)
+			}
+			n = c.Snapshot().Sub(before)
+			if !taken.HeldBy(id) || taken.Term != 2 {
+				t.Fatalf("takeover gave %+v, want %s in term 2", taken, id)
+			}
+			if n.Total() > maxTakeoverRoundTrips {
+				t.Errorf("takeover made %d round trips (%v), want at most %d", n.Total(), n, maxTakeoverRoundTrips)
+			}
+			t.Logf("takeover after expiry: %d round trips (%v)", n.Total(), n)
 		})
 	}
 }

@@ -24,19 +24,24 @@ type seat struct {
 func (s seat) live() bool { return s.leader != uuid.Nil && s.expires.After(s.now) }
 
 // seatHint is who held the seat at the last reading and until when, on
-// this process's monotonic clock (the lease's remaining time by the
-// database clock, added to the local time of the reading). It only chooses
-// Elect's first step; the database clock decides.
+// this process's monotonic clock: the lease's remaining time by the
+// database clock, added to the local time after the reading (until, no
+// earlier than the lease's end) and before it (ends, no later than the
+// lease's end). It only chooses Elect's first step and when an Elector
+// tries at the lease's end; the database clock decides.
 type seatHint struct {
 	leader uuid.UUID
 	until  time.Time
+	ends   time.Time
 }
 
-// noteSeat records what a reading of the seat showed.
-func (e *Election) noteSeat(s seat) {
+// noteSeat records what a reading of the seat, sent at local time sent,
+// showed.
+func (e *Election) noteSeat(s seat, sent time.Time) {
 	h := seatHint{}
 	if s.live() {
-		h = seatHint{leader: s.leader, until: time.Now().Add(s.expires.Sub(s.now))}
+		left := s.expires.Sub(s.now)
+		h = seatHint{leader: s.leader, until: time.Now().Add(left), ends: sent.Add(left)}
 	}
 	e.mu.Lock()
 	e.seen = h
@@ -48,6 +53,18 @@ func (e *Election) forgetSeat() {
 	e.mu.Lock()
 	e.seen = seatHint{}
 	e.mu.Unlock()
+}
+
+// seatEnds returns the local monotonic time at which the lease leader held
+// at the last reading ends, at the latest, if that reading showed leader's
+// live lease.
+func (e *Election) seatEnds(leader uuid.UUID) (time.Time, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.seen.leader == uuid.Nil || e.seen.leader != leader {
+		return time.Time{}, false
+	}
+	return e.seen.ends, true
 }
 
 // heldByAnother reports whether the last reading of the seat showed a lease
@@ -66,6 +83,7 @@ func (e *Election) readSeat(ctx context.Context, conn gorm.ConnPool, lock dialec
 		leader        uuid.NullUUID
 		term          sql.NullInt64
 	)
+	sent := time.Now()
 	if err := conn.QueryRowContext(ctx, e.q.SelectLeader[lock], e.namespace).Scan(&now, &leader, &term, &exp, &acq); err != nil {
 		return seat{}, err
 	}
@@ -73,7 +91,7 @@ func (e *Election) readSeat(ctx context.Context, conn gorm.ConnPool, lock dialec
 	if leader.Valid && exp.Valid {
 		s.leader = leader.UUID
 	}
-	e.noteSeat(s)
+	e.noteSeat(s, sent)
 	return s, nil
 }
 

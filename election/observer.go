@@ -1,0 +1,284 @@
+package election
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	mysqldriver "github.com/go-sql-driver/mysql"
+	"github.com/google/uuid"
+)
+
+// An Observer sees what the Electors of an Election do, for metrics and
+// logs of one's own: each election round (Attempt), each start and end of
+// leadership (LeadershipStarted, LeadershipStopped), each step-down by the
+// trust window (SteppedDown), and each handoff that wakes a follower
+// (HandoffWake). Set it with WithObserver; package
+// github.com/sqlelect/sqlelect/prometheus has one that exports Prometheus
+// metrics.
+//
+// Observers cost no database round trip: they are told what the Elector
+// learnt anyway. Their methods are called synchronously on the Elector's
+// goroutines, some while the Elector holds its lock, and must return
+// quickly: they must not block, do I/O, or call the Elector's methods.
+// They may be called concurrently (several Electors share an Election's
+// observer). Embed NopObserver to implement only the methods you need.
+//
+// Calls made directly on the Election (Elect, Resign, ...) are not
+// observed; only Electors report.
+type Observer interface {
+	// Attempt is called after each election round of an Elector.
+	Attempt(Attempt)
+	// LeadershipStarted is called when an Elector starts leading, before
+	// its OnStartedLeading runs.
+	LeadershipStarted(Leadership)
+	// LeadershipStopped is called when an Elector stops leading, with the
+	// reason; Tenure is how long it led.
+	LeadershipStopped(Leadership)
+	// SteppedDown is called when an Elector stops leading because its
+	// trust window passed without a renewal (just before the
+	// LeadershipStopped with reason StopSteppedDown).
+	SteppedDown(Leadership)
+	// HandoffWake is called when a follower wakes up early because another
+	// candidate vacated the seat.
+	HandoffWake(Wake)
+}
+
+// NopObserver is an Observer that does nothing. Embed it in an Observer of
+// your own to implement only some of the methods.
+type NopObserver struct{}
+
+// Attempt implements Observer.
+func (NopObserver) Attempt(Attempt) {}
+
+// LeadershipStarted implements Observer.
+func (NopObserver) LeadershipStarted(Leadership) {}
+
+// LeadershipStopped implements Observer.
+func (NopObserver) LeadershipStopped(Leadership) {}
+
+// SteppedDown implements Observer.
+func (NopObserver) SteppedDown(Leadership) {}
+
+// HandoffWake implements Observer.
+func (NopObserver) HandoffWake(Wake) {}
+
+// Outcome is how an election round ended for the candidate.
+type Outcome string
+
+// Outcomes of an Attempt.
+const (
+	// OutcomeLed: the round granted the candidate a new term.
+	OutcomeLed Outcome = "led"
+	// OutcomeRenewed: the candidate led and the round renewed its lease.
+	OutcomeRenewed Outcome = "renewed"
+	// OutcomeFollower: another candidate leads, or the seat is vacant and
+	// the candidate did not try to take it (after Resign).
+	OutcomeFollower Outcome = "follower"
+	// OutcomeError: the round failed; Attempt.Err says why.
+	OutcomeError Outcome = "error"
+)
+
+// Attempt is one election round of an Elector.
+type Attempt struct {
+	// Namespace is the election's namespace.
+	Namespace string
+	// Candidate is the Elector's candidate id.
+	Candidate uuid.UUID
+	// Outcome is how the round ended.
+	Outcome Outcome
+	// Duration is how long the round's database calls took.
+	Duration time.Duration
+	// Lease is the lease the round saw (the zero Lease when it failed).
+	Lease Lease
+	// Err is the round's error when Outcome is OutcomeError, else nil.
+	Err error
+	// ErrorClass is ErrorClass(Err): "" when Err is nil.
+	ErrorClass string
+}
+
+// StopReason says why an Elector stopped leading.
+type StopReason string
+
+// Reasons for LeadershipStopped.
+const (
+	// StopResigned: Elector.Resign.
+	StopResigned StopReason = "resigned"
+	// StopLost: the database named another leader or a new term.
+	StopLost StopReason = "lost"
+	// StopSteppedDown: the trust window passed without a renewal, or a
+	// renewal returned after it.
+	StopSteppedDown StopReason = "stepped_down"
+	// StopShutdown: Run's context ended.
+	StopShutdown StopReason = "shutdown"
+)
+
+// Leadership is the start or the end of an Elector's leadership.
+type Leadership struct {
+	// Namespace is the election's namespace.
+	Namespace string
+	// Candidate is the Elector's candidate id.
+	Candidate uuid.UUID
+	// Lease is the lease granted (at the start) or the last lease held (at
+	// the end).
+	Lease Lease
+	// Reason is why leadership ended; "" at the start.
+	Reason StopReason
+	// Tenure is how long the Elector led, on the local monotonic clock;
+	// zero at the start.
+	Tenure time.Duration
+}
+
+// Wake is a follower woken by a handoff.
+type Wake struct {
+	// Namespace is the election's namespace.
+	Namespace string
+	// Candidate is the woken Elector's candidate id.
+	Candidate uuid.UUID
+	// Source is "local" when the seat was vacated in this process, "notify"
+	// when a PostgreSQL notification announced it.
+	Source string
+}
+
+// WithObserver sets the Observer of the Election's Electors (default none,
+// which costs nothing). See Observer for what it must not do.
+func WithObserver(o Observer) Option {
+	return optionFunc(func(c *config) {
+		if o == nil {
+			c.errs = append(c.errs, fmt.Errorf("%w: nil Observer", ErrInvalidOption))
+			return
+		}
+		c.observer = o
+	})
+}
+
+// Error classes returned by ErrorClass, for metrics labels.
+const (
+	// ClassConflict: a transient conflict that outlasted the retries
+	// (ErrConflict).
+	ClassConflict = "conflict"
+	// ClassNotMigrated: the election tables are missing (ErrNotMigrated).
+	ClassNotMigrated = "not_migrated"
+	// ClassTimeout: the call's deadline passed, or a network timeout.
+	ClassTimeout = "timeout"
+	// ClassCanceled: the call's context was cancelled.
+	ClassCanceled = "canceled"
+	// ClassUnreachable: the connection to the database failed or was cut.
+	ClassUnreachable = "unreachable"
+	// ClassReadOnly: the server accepts no writes (a standby, or a
+	// primary set read-only): ErrReadOnly.
+	ClassReadOnly = "read_only"
+	// ClassInvalid: the call was given bad input (ErrInvalidOption,
+	// ErrInvalidCandidate, ErrInvalidNamespace).
+	ClassInvalid = "invalid"
+	// ClassOther: any other error.
+	ClassOther = "other"
+)
+
+// ErrorClass sorts an error returned by the election calls into a small,
+// fixed set of classes (the Class constants), for a metrics label: "" for
+// nil.
+func ErrorClass(err error) string {
+	var ne net.Error
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, ErrConflict):
+		return ClassConflict
+	case errors.Is(err, ErrNotMigrated):
+		return ClassNotMigrated
+	case errors.Is(err, ErrReadOnly):
+		return ClassReadOnly
+	case errors.Is(err, ErrInvalidOption), errors.Is(err, ErrInvalidCandidate), errors.Is(err, ErrInvalidNamespace):
+		return ClassInvalid
+	case errors.Is(err, context.DeadlineExceeded):
+		return ClassTimeout
+	case errors.Is(err, context.Canceled):
+		return ClassCanceled
+	case errors.As(err, &ne):
+		if ne.Timeout() {
+			return ClassTimeout
+		}
+		return ClassUnreachable
+	case errors.Is(err, driver.ErrBadConn), errors.Is(err, mysqldriver.ErrInvalidConn),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
+		return ClassUnreachable
+	}
+	return ClassOther
+}
+
+// observeAttempt reports a round that began at start.
+func (el *Elector) observeAttempt(start time.Time, l Lease, started bool, err error) {
+	o := el.e.observer
+	if o == nil {
+		return
+	}
+	o.Attempt(newAttempt(el.e.namespace, el.id, el.now().Sub(start), l, started, err))
+}
+
+// newAttempt is the report of a round of candidate id in namespace ns that
+// took d and left it with lease l (started: a new leadership) or err.
+func newAttempt(ns string, id uuid.UUID, d time.Duration, l Lease, started bool, err error) Attempt {
+	a := Attempt{Namespace: ns, Candidate: id, Duration: d, Lease: l}
+	switch {
+	case err != nil:
+		a.Outcome, a.Err, a.ErrorClass, a.Lease = OutcomeError, err, ErrorClass(err), Lease{}
+	case started:
+		a.Outcome = OutcomeLed
+	case l.HeldBy(id):
+		a.Outcome = OutcomeRenewed
+	default:
+		a.Outcome = OutcomeFollower
+	}
+	return a
+}
+
+// observeStart reports the start of c; el.mu is held.
+func (el *Elector) observeStart(c *leadership) {
+	if o := el.e.observer; o != nil {
+		o.LeadershipStarted(Leadership{Namespace: el.e.namespace, Candidate: el.id, Lease: c.lease})
+	}
+}
+
+// observeStop reports the end of c for the reason given to stopLocked;
+// el.mu is held.
+func (el *Elector) observeStop(c *leadership, reason string) {
+	o := el.e.observer
+	if o == nil {
+		return
+	}
+	reportStop(o, Leadership{Namespace: el.e.namespace, Candidate: el.id, Lease: c.lease, Tenure: el.now().Sub(c.since)}, reason)
+}
+
+// reportStop tells o that leadership ld ended for reason, as the Elector's
+// and the Group's logs word it: SteppedDown too when the trust window
+// ended it.
+func reportStop(o Observer, ld Leadership, reason string) {
+	switch reason {
+	case "resigned", "balancing", "left the namespace":
+		ld.Reason = StopResigned
+	case "shutting down":
+		ld.Reason = StopShutdown
+	case "trust window passed", "the renewal returned after the trust window":
+		ld.Reason = StopSteppedDown
+		o.SteppedDown(ld)
+	default:
+		ld.Reason = StopLost
+	}
+	o.LeadershipStopped(ld)
+}
+
+// observeWake reports a handoff that woke the (following) Elector.
+func (el *Elector) observeWake(src wakeSource) {
+	if o := el.e.observer; o != nil {
+		w := Wake{Namespace: el.e.namespace, Candidate: el.id, Source: "local"}
+		if src == wakeNotify {
+			w.Source = "notify"
+		}
+		o.HandoffWake(w)
+	}
+}
