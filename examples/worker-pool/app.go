@@ -33,6 +33,8 @@ type app struct {
 	jobs      *queue
 	scheduler *election.Election
 	reaper    *election.Election
+	metrics   *metrics // what -http serves at /metrics
+	health    health   // and at /healthz
 }
 
 // openApp opens the database, creates the election tables (migrate.Up) and
@@ -45,7 +47,7 @@ func openApp(ctx context.Context, o options, tl *timeline) (*app, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &app{o: o, db: db, where: describe(db, o.dsn), tl: tl}
+	a := &app{o: o, db: db, where: describe(db, o.dsn), tl: tl, metrics: newMetrics()}
 	if err := a.setUp(ctx); err != nil {
 		a.close()
 		return nil, err
@@ -64,13 +66,33 @@ func (a *app) setUp(ctx context.Context) error {
 		return err
 	}
 	log := libLogger(a.o.logs)
-	if a.scheduler, err = election.New(a.db, election.WithNamespace(schedulerNS), election.WithExpire(a.o.expire), election.WithLogger(log)); err != nil {
+	// Every candidate row and term carries this process's hostname and
+	// pid, and the label, so that an operator can tell who leads.
+	common := []election.Option{election.WithExpire(a.o.expire), election.WithLogger(log), election.WithLabel(a.o.label), election.WithObserver(a.metrics)}
+	if a.scheduler, err = election.New(a.db, append(common, election.WithNamespace(schedulerNS))...); err != nil {
 		return err
 	}
-	if a.reaper, err = election.New(a.db, election.WithNamespace(reaperNS), election.WithExpire(a.o.expire), election.WithLogger(log)); err != nil {
+	if a.reaper, err = election.New(a.db, append(common, election.WithNamespace(reaperNS))...); err != nil {
 		return err
 	}
 	return nil
+}
+
+// printHistory prints the latest terms of both subsystems as the database
+// keeps them (election_history): who led, from when to when, and how each
+// term ended.
+func (a *app) printHistory(ctx context.Context) {
+	for _, s := range []struct {
+		name string
+		e    *election.Election
+	}{{"scheduler", a.scheduler}, {"reaper", a.reaper}} {
+		terms, err := s.e.History(ctx, 5)
+		if err != nil {
+			a.tl.note("history of %s: %v", s.name, err)
+			continue
+		}
+		a.tl.history(s.name, terms)
+	}
 }
 
 func (a *app) close() {

@@ -114,6 +114,8 @@ func runDemo(ctx context.Context, o options, out io.Writer) (err error) {
 	for _, r := range members {
 		stop(r)
 	}
+	tl.note("demo: the scheduler's terms, as election_history has them (times UTC, database clock):")
+	a.printHistory(ctx)
 	tl.note("demo: done. %s", tl.summary())
 	return nil
 }

@@ -39,14 +39,17 @@ import (
 
 // options are the command-line settings.
 type options struct {
-	dsn     string        // database; "" means the default SQLite file
-	demo    bool          // three members in one process, leader stopped mid-run
-	workers int           // workers per member
-	expire  time.Duration // expiry window of both elections
-	enqueue time.Duration // how often the scheduler's leader enqueues a job
-	reap    time.Duration // how often the reaper's leader cleans up
-	timeout time.Duration // demo: give up after this long
-	logs    io.Writer     // where the library's own log goes (warnings and errors)
+	dsn        string        // database; "" means the default SQLite file
+	demo       bool          // three members in one process, leader stopped mid-run
+	workers    int           // workers per member
+	expire     time.Duration // expiry window of both elections
+	enqueue    time.Duration // how often the scheduler's leader enqueues a job
+	reap       time.Duration // how often the reaper's leader cleans up
+	timeout    time.Duration // demo: give up after this long
+	http       string        // serve /metrics and /healthz on this address; "" for none
+	label      string        // stored with the candidate rows, beside hostname and pid
+	namespaces int           // shards, each elected in a namespace of its own by one Group per member; 0 for none
+	logs       io.Writer     // where the library's own log goes (warnings and errors)
 }
 
 func main() {
@@ -59,7 +62,16 @@ func main() {
 	flag.DurationVar(&o.enqueue, "enqueue-every", 400*time.Millisecond, "how often the scheduler's leader enqueues a job")
 	flag.DurationVar(&o.reap, "reap-every", 2*time.Second, "how often the reaper's leader cleans up")
 	flag.DurationVar(&o.timeout, "demo-timeout", 60*time.Second, "with -demo: fail if the demo has not finished after this long")
+	flag.IntVar(&o.namespaces, "namespaces", 0, "also elect an owner for each of this many shards (namespaces worker-pool.shard.NNN), "+
+		"with one election.Group per member that balances the shards over the members")
+	flag.StringVar(&o.http, "http", "", "serve /metrics (Prometheus text format) and /healthz on this address, e.g. :8080")
+	flag.StringVar(&o.label, "label", "worker-pool", "label stored with this member's candidate rows and terms, beside hostname and pid "+
+		"(e.g. a pod name or version; at most 255 bytes)")
 	flag.Parse()
+	if o.namespaces < 0 || o.namespaces > 10000 {
+		fmt.Fprintln(os.Stderr, "worker-pool: -namespaces must be between 0 and 10000")
+		os.Exit(2)
+	}
 
 	// The first Ctrl-C or SIGTERM shuts down cleanly (workers finish their
 	// job, the member unregisters); a second one kills the process.
@@ -105,6 +117,14 @@ func runMember(ctx context.Context, o options, out io.Writer) error {
 	}
 	defer app.close()
 	m := app.newMember("")
-	tl.note("%s; I am member %s, pid %d (Ctrl-C to leave)", app.where, m.name, os.Getpid())
+	tl.note("%s; I am member %s, %v (Ctrl-C to leave)", app.where, m.name, app.scheduler.Identity())
+	app.printHistory(ctx)
+	if o.http != "" {
+		addr, err := serveHTTP(ctx, o.http, app.metrics, &app.health)
+		if err != nil {
+			return err
+		}
+		tl.note("metrics at http://%s/metrics, health at http://%s/healthz", addr, addr)
+	}
 	return m.run(ctx)
 }

@@ -55,23 +55,39 @@ func (m *member) run(ctx context.Context) error {
 	electCtx, stopElectors := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopElectors()
 	var electors sync.WaitGroup
-	errs := make(chan error, len(subsystems))
+	errs := make(chan error, len(subsystems)+1)
 	for _, s := range subsystems {
 		el, err := s.e.NewElector(m.id, election.ElectorConfig{
 			OnStartedLeading: func(ctx context.Context, lease election.Lease) { m.lead(ctx, s, lease) },
 			OnStoppedLeading: func(lease election.Lease) { m.tl.stopped(m.id, s.name, lease) },
-			OnNewLeader:      func(lease election.Lease) { m.tl.observed(m.id, s.name, lease) },
+			OnNewLeader:      func(lease election.Lease) { m.tl.observed(m.id, s.name, lease, m.identity(s.e, lease)) },
 		})
 		if err != nil {
 			stopElectors()
 			electors.Wait()
 			return err
 		}
+		hc, err := election.NewHealthCheck(el, 0)
+		if err != nil {
+			stopElectors()
+			electors.Wait()
+			return err
+		}
+		m.health.add(hc)
 		electors.Add(1)
 		go func() {
 			defer electors.Done()
 			if err := el.Run(electCtx); err != nil {
 				errs <- fmt.Errorf("%s elector: %w", s.name, err)
+			}
+		}()
+	}
+	if m.o.namespaces > 0 {
+		electors.Add(1)
+		go func() {
+			defer electors.Done()
+			if err := m.runShards(electCtx, m.id); err != nil {
+				errs <- fmt.Errorf("shards: %w", err)
 			}
 		}()
 	}
@@ -103,7 +119,7 @@ func (m *member) run(ctx context.Context) error {
 // the transaction ends: the step's writes commit only under a current
 // leader, even if this process stalled and its lease ran out meanwhile.
 func (m *member) lead(ctx context.Context, s subsystem, lease election.Lease) {
-	m.tl.leading(m.id, s.name, lease)
+	m.tl.leading(m.id, s.name, lease, s.e.Identity())
 	do := s.start(lease)
 	tick := time.NewTicker(s.every)
 	defer tick.Stop()
@@ -229,4 +245,20 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// identity returns who holds lease, read from the database (LeaderInfo),
+// or the zero Identity when it cannot tell: the seat changed since, or the
+// read failed.
+func (m *member) identity(e *election.Election, lease election.Lease) election.Identity {
+	if lease.Vacant() || lease.Leader == m.id {
+		return election.Identity{}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	info, err := e.LeaderInfo(ctx)
+	if err != nil || info.Lease.Leader != lease.Leader || info.Lease.Term != lease.Term {
+		return election.Identity{}
+	}
+	return info.Identity
 }

@@ -18,8 +18,8 @@ import (
 // start (in the demo) or the time of day (so that the timelines of several
 // processes line up):
 //
-//	  +2.41s  cyd       scheduler   LEADS in term 2, after ada (term 1)
-//	10:42:07.118  3f2a9c1e  scheduler   LEADS in term 2, after 9b0d44e2 (term 1)
+//	  +2.41s  cyd       scheduler   LEADS in term 2, after ada (term 1); vm/4242 [worker-pool]
+//	10:42:07.118  3f2a9c1e  scheduler   sees 9b0d44e2 lead in term 1; web-2/17 [worker-pool]
 //
 // It also keeps the little state the demo waits on.
 type timeline struct {
@@ -127,8 +127,8 @@ func (t *timeline) gate(k gateKey) chan struct{} {
 	return g
 }
 
-// leading: member id starts leading subsystem sub.
-func (t *timeline) leading(id uuid.UUID, sub string, lease election.Lease) {
+// leading: member id, who is ident, starts leading subsystem sub.
+func (t *timeline) leading(id uuid.UUID, sub string, lease election.Lease, ident election.Identity) {
 	defer close(t.gate(gateKey{id, sub, lease.Term}))
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -145,7 +145,7 @@ func (t *timeline) leading(id uuid.UUID, sub string, lease election.Lease) {
 	if prev > 0 && t.terms[sub][prev] != id {
 		msg += fmt.Sprintf(", after %s (term %d)", t.who(t.terms[sub][prev]), prev)
 	}
-	t.line(t.who(id), sub, msg)
+	t.line(t.who(id), sub, msg+"; "+ident.String())
 }
 
 // stopped: member id no longer leads subsystem sub.
@@ -164,8 +164,9 @@ func (t *timeline) stopped(id uuid.UUID, sub string, lease election.Lease) {
 	t.line(t.who(id), sub, fmt.Sprintf("stops leading (term %d)", lease.Term))
 }
 
-// observed: member id saw a new holder or term of subsystem sub's seat.
-func (t *timeline) observed(id uuid.UUID, sub string, lease election.Lease) {
+// observed: member id saw a new holder or term of subsystem sub's seat,
+// held by ident (zero when not known).
+func (t *timeline) observed(id uuid.UUID, sub string, lease election.Lease, ident election.Identity) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.seen(sub, lease)
@@ -176,7 +177,30 @@ func (t *timeline) observed(id uuid.UUID, sub string, lease election.Lease) {
 		t.line(t.who(id), sub, "sees the seat vacant")
 		return
 	}
-	t.line(t.who(id), sub, fmt.Sprintf("sees %s lead in term %d", t.who(lease.Leader), lease.Term))
+	msg := fmt.Sprintf("sees %s lead in term %d", t.who(lease.Leader), lease.Term)
+	if ident != (election.Identity{}) {
+		msg += "; " + ident.String()
+	}
+	t.line(t.who(id), sub, msg)
+}
+
+// history prints the terms of subsystem sub as the database recorded them,
+// newest first, one line each.
+func (t *timeline) history(sub string, terms []election.TermRecord) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(terms) == 0 {
+		t.line("history", sub, "no terms yet")
+		return
+	}
+	for _, r := range terms {
+		end := "still running (or lapsed, not yet taken over)"
+		if r.Ended() {
+			end = fmt.Sprintf("to %s, %s", r.EndedAt.Format("15:04:05.000"), r.EndReason)
+		}
+		t.line("history", sub, fmt.Sprintf("term %d: %s, %v, from %s %s", r.Term, t.who(r.Leader), r.Identity,
+			r.AcquiredAt.Format("15:04:05.000"), end))
+	}
 }
 
 func (t *timeline) jobDone(id uuid.UUID, worker int, job string, took time.Duration) {
