@@ -39,13 +39,15 @@ const (
 	envExpire     = "SQLELECT_CHAOS_EXPIRE"
 	envInterval   = "SQLELECT_CHAOS_INTERVAL"
 	envUnfenced   = "SQLELECT_CHAOS_UNFENCED" // "1": leaders write without Guard
+	envGroup      = "SQLELECT_CHAOS_GROUP"    // "1": Groups over all namespaces instead of Electors
 	envUntil      = "SQLELECT_CHAOS_UNTIL"    // RFC 3339: the end of the run, the bound of retries at start
 )
 
 // refreshCandidateSQL begins the statement by which Elect refreshes the
-// caller's candidate row with times read from the database clock (a
-// heartbeat's own statement reads the clock itself: INSERT ... SELECT).
-const refreshCandidateSQL = "INSERT INTO election_candidates (namespace, candidate_id, registered_at, last_heartbeat_at, expires_at) VALUES"
+// caller's candidate row, with its identity, with times read from the
+// database clock (a heartbeat's own statement reads the clock itself:
+// INSERT ... SELECT; SQLite's one-statement renewal writes no identity).
+const refreshCandidateSQL = "INSERT INTO election_candidates (namespace, candidate_id, registered_at, last_heartbeat_at, expires_at, hostname, pid, label) VALUES"
 
 // event is one line a child writes to its stdout for the parent.
 type event struct {
@@ -95,12 +97,13 @@ type childConfig struct {
 	expire     time.Duration
 	interval   time.Duration
 	unfenced   bool
+	group      bool // each of the electors is a Group over every namespace
 	until      time.Time
 }
 
 func childConfigFromEnv() (childConfig, error) {
 	c := childConfig{dsn: os.Getenv(envDSN), name: os.Getenv(envName), namespaces: strings.Split(os.Getenv(envNamespaces), ","),
-		unfenced: os.Getenv(envUnfenced) == "1"}
+		unfenced: os.Getenv(envUnfenced) == "1", group: os.Getenv(envGroup) == "1"}
 	var err error
 	if _, err = fmt.Sscan(os.Getenv(envElectors), &c.electors); err != nil {
 		return c, fmt.Errorf("%s: %w", envElectors, err)
@@ -143,7 +146,19 @@ func child() error {
 	var elections atomic.Int64
 	counter := &rtcount.Counter{}
 	counter.Observe = func(_ rtcount.Kind, q string) {
-		if strings.HasPrefix(q, refreshCandidateSQL) || (strings.Contains(q, "UPDATE election_leaders") && strings.Contains(q, "lease_expires_at >")) {
+		switch {
+		case strings.HasPrefix(q, refreshCandidateSQL):
+			// A Group's heartbeat refreshes one row per namespace: each
+			// counts as that namespace's round.
+			elections.Add(int64(strings.Count(q, "), (") + 1))
+		case c.group:
+			// On PostgreSQL a Group's round is one statement, its
+			// heartbeat included: each namespace counts one round. Elsewhere
+			// the batch renewal is followed by the heartbeat, counted above.
+			if n, ok := dialect.BatchRoundNamespaces(q); ok {
+				elections.Add(int64(n))
+			}
+		case strings.Contains(q, "UPDATE election_leaders") && strings.Contains(q, "lease_expires_at >"):
 			elections.Add(1)
 		}
 	}
@@ -186,6 +201,9 @@ func child() error {
 			return time.Time{}
 		}
 		return now.Time
+	}
+	if c.group {
+		return childGroups(ctx, stop, db, c, sigs, out, dbNow, logger, &elections)
 	}
 	for _, ns := range c.namespaces {
 		var (
@@ -325,7 +343,7 @@ func newChaosElector(e *election.Election, fence *electiontest.Fence, c childCon
 		},
 		OnStartedLeading: func(ctx context.Context, l election.Lease) {
 			out.emit(event{Kind: "obs", Observer: base + "/start", Lease: &l}, false)
-			lead(ctx, el, fence, l, base+"/work", c, out)
+			lead(ctx, el.Lease, fence, l, base+"/work", c, out)
 		},
 		OnStoppedLeading: func(l election.Lease) {
 			if shutting.Load() {
@@ -340,17 +358,17 @@ func newChaosElector(e *election.Election, fence *electiontest.Fence, c childCon
 }
 
 // lead is the leader's work: fenced writes with the term it was granted,
-// until leadership ends. Each round it also reports the Elector's latest
-// lease, so renewals are seen.
-func lead(ctx context.Context, el *election.Elector, fence *electiontest.Fence, l election.Lease, observer string, c childConfig, out *emitter) {
+// until leadership ends. Each round it also reports the latest lease the
+// Elector or Group holds (cur), so renewals are seen.
+func lead(ctx context.Context, cur func() election.Lease, fence *electiontest.Fence, l election.Lease, observer string, c childConfig, out *emitter) {
 	interval := c.interval
 	write := fence.Write
 	if c.unfenced {
 		write = fence.WriteUnguarded
 	}
 	for ctx.Err() == nil {
-		cur := el.Lease()
-		out.emit(event{Kind: "obs", Observer: observer, Lease: &cur}, false)
+		now := cur()
+		out.emit(event{Kind: "obs", Observer: observer, Lease: &now}, false)
 		wctx, cancel := context.WithTimeout(ctx, interval*2)
 		if c.unfenced {
 			// Trust the lease as the application would, ignoring the

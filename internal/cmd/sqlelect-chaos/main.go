@@ -24,11 +24,14 @@
 //     run, halfway through (-restart-server=false to skip it).
 //
 // At the end it stops the processes, reads every committed fenced write
-// from the database, checks the whole history with electiontest, and prints
+// from the database, checks the whole history with electiontest, checks the
+// election_history table against the seats and against that history (no
+// gap in the terms, the same holders and starts, every term but the last
+// ended before the next began), and prints
 // one line per database: elections (Elect calls that reached the database),
 // terms, faults injected by kind, overlapping terms and stale writes (and
-// the other violations electiontest knows). Any violation makes the exit
-// status 1.
+// the other violations electiontest knows), and the history table's terms
+// and mismatches. Any violation or mismatch makes the exit status 1.
 //
 // The short run CI makes (about two minutes per database):
 //
@@ -46,6 +49,10 @@
 //
 // -events DIR keeps every process's event lines, and on a failed check the
 // history, for diagnosis.
+//
+// With -group each process runs -electors election.Groups, each a
+// candidate in every namespace, instead of Electors per namespace: the same
+// faults and checks, the resign fault done by Leave and Join.
 //
 // With -unfenced the leaders skip Guard and write on their own idea of
 // leadership: the run then shows what the check catches (stale writes after
@@ -82,6 +89,8 @@ type options struct {
 	seed          uint64
 	verbose       bool
 	unfenced      bool
+	group         bool
+	minRate       float64
 	proxy         bool
 	events        string
 	dsns          map[string]string
@@ -106,6 +115,9 @@ func main() {
 	flag.BoolVar(&o.proxy, "proxy", true, "put a TCP proxy between each process and a server database, for the cut and delay faults")
 	flag.StringVar(&o.events, "events", "", "directory to keep every process's event lines in (DB-PROC.jsonl), and on a failed check the history (DB-history.json), for diagnosis")
 	flag.BoolVar(&o.unfenced, "unfenced", false, "negative control: leaders write without Guard, so the check must fail")
+	flag.Float64Var(&o.minRate, "min-rate", defaultMinRate, "fail as stalled below this fraction of the elections the interval makes (0 to 1)")
+	flag.BoolVar(&o.group, "group", false, "run -electors election.Groups per process, each a candidate in every namespace, instead of Electors; "+
+		"the resign fault becomes a Group leaving a namespace it leads and joining it again")
 	flag.BoolVar(&isChild, "child", false, "run as a candidate process (used by the parent)")
 	flag.Parse()
 
@@ -137,6 +149,9 @@ func main() {
 func run(ctx context.Context, o options) (ok bool, err error) {
 	if o.procs < 2 || o.namespaces < 1 || o.electors < 1 {
 		return false, errors.New("need -procs >= 2, -namespaces >= 1 and -electors >= 1")
+	}
+	if o.minRate < 0 || o.minRate > 1 {
+		return false, fmt.Errorf("-min-rate %v: want a fraction from 0 to 1", o.minRate)
 	}
 	var names []string
 	switch o.dbs {

@@ -51,6 +51,11 @@ type summary struct {
 	expected float64
 	minRate  float64  // the least elections/expected that passes
 	slow     []string // processes whose rounds ran far below their interval's rate
+	// historyTerms counts the terms election_history holds;
+	// historyProblems lists where it disagrees with the seats and with
+	// what the processes saw (checkHistory).
+	historyTerms    int
+	historyProblems []string
 }
 
 // rate is the elections made as a fraction of the expected.
@@ -65,7 +70,9 @@ func (s summary) rate() float64 {
 // the run to mean anything: few elections are few chances to overlap.
 func (s summary) stalled() bool { return s.rate() < s.minRate }
 
-func (s summary) ok() bool { return s.result.OK() && s.crashes == 0 && s.elections > 0 && !s.stalled() }
+func (s summary) ok() bool {
+	return s.result.OK() && s.crashes == 0 && s.elections > 0 && !s.stalled() && len(s.historyProblems) == 0
+}
 
 // String is the one summary line of the database.
 func (s summary) String() string {
@@ -94,6 +101,10 @@ func (s summary) String() string {
 	}
 	if len(s.slow) > 0 {
 		line += "; slow processes: " + strings.Join(s.slow, ", ")
+	}
+	line += fmt.Sprintf("; history-terms=%d history-mismatches=%d", s.historyTerms, len(s.historyProblems))
+	if len(s.historyProblems) > 0 {
+		line += ": " + strings.Join(s.historyProblems, "; ")
 	}
 	return line
 }
@@ -223,6 +234,9 @@ func soak(ctx context.Context, o options, name, dsn string, seed uint64) (summar
 		s.rec.ReleasedBetween(r.Namespace, r.Candidate, r.From, r.To)
 	}
 	sum.result = s.rec.Check()
+	if err := s.checkHistories(ctx, &sum); err != nil {
+		return summary{}, err
+	}
 	if !sum.result.OK() && o.events != "" {
 		path := filepath.Join(o.events, name+"-history.json")
 		if b, err := json.Marshal(s.rec.History()); err == nil && os.WriteFile(path, b, 0o644) == nil {
@@ -235,9 +249,10 @@ func soak(ctx context.Context, o options, name, dsn string, seed uint64) (summar
 // Thresholds of the rate check. Waits between rounds are 0.8 to 1 interval
 // long, so a healthy process makes a little more than one round per
 // interval and Elector; faults (pauses, cuts, kills, restarts) take some of
-// that away. Under a quarter of it, the soak stalled.
+// that away. Under -min-rate of it (a quarter by default), the soak
+// stalled.
 const (
-	minRateFraction = 0.25
+	defaultMinRate = 0.25
 	// slowAfter is how long a process must have run for its own rate to
 	// be judged.
 	slowAfter = 5 * time.Second
@@ -247,7 +262,7 @@ const (
 // made over the time it ran, and lists the processes that ran far below it.
 func (s *soaker) rates(sum *summary, now time.Time) {
 	perSecond := float64(s.o.namespaces*s.o.electors) / s.o.interval.Seconds()
-	sum.minRate = minRateFraction
+	sum.minRate = s.o.minRate
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, p := range s.procs {
@@ -263,7 +278,7 @@ func (s *soaker) rates(sum *summary, now time.Time) {
 		ran := end.Sub(p.readyAt)
 		want := perSecond * ran.Seconds()
 		sum.expected += want
-		if ran >= slowAfter && float64(n) < minRateFraction*want {
+		if ran >= slowAfter && float64(n) < s.o.minRate*want {
 			sum.slow = append(sum.slow, fmt.Sprintf("%s %.0f%% over %v", p.name, 100*float64(n)/want, ran.Round(time.Second)))
 		}
 	}
@@ -327,6 +342,34 @@ func (s *soaker) loadFromDatabase(ctx context.Context, sum *summary) error {
 	return fmt.Errorf("reading the results: %w", last)
 }
 
+// checkHistories cross-checks each namespace's history table with its seat
+// and with what the processes reported.
+func (s *soaker) checkHistories(ctx context.Context, sum *summary) error {
+	db, err := session.Open(s.dsn, &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		return err
+	}
+	defer closeDB(db)
+	h := s.rec.History()
+	for _, ns := range s.ns {
+		e, err := election.New(db, election.WithNamespace(ns))
+		if err != nil {
+			return err
+		}
+		var seat models.Leader
+		if err := db.Where("namespace = ?", ns).Limit(1).Find(&seat).Error; err != nil {
+			return err
+		}
+		n, problems, err := checkHistory(ctx, e, seat.Term, h)
+		if err != nil {
+			return fmt.Errorf("reading the history of %s: %w", ns, err)
+		}
+		sum.historyTerms += n
+		sum.historyProblems = append(sum.historyProblems, problems...)
+	}
+	return nil
+}
+
 // proxied reports whether the processes reach the database through proxies.
 func (s *soaker) proxied() bool { return s.o.proxy && s.name != "sqlite" }
 
@@ -348,6 +391,9 @@ func (s *soaker) start(slot int) error {
 	)
 	if s.o.unfenced {
 		cmd.Env = append(cmd.Env, envUnfenced+"=1")
+	}
+	if s.o.group {
+		cmd.Env = append(cmd.Env, envGroup+"=1")
 	}
 	// A process group of its own: a Ctrl-C of the parent's terminal does
 	// not reach the children before the parent stops them.
