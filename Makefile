@@ -2,10 +2,16 @@
 # the database-backed parts against PostgreSQL and MySQL/MariaDB too.
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: test nocgo lint bench fuzz tidy-check ci
+.PHONY: test test-modules nocgo lint bench bench-tidb bench-scale test-tidb fuzz tidy-check ci
+
+# Nested modules with their own go.mod (not covered by ./... at the root).
+MODULES = prometheus gocron otel
 
 test:
 	go test -race -count=1 ./...
+
+test-modules:
+	for m in $(MODULES); do (cd $$m && go vet ./... && go test -race -count=1 ./...) || exit 1; done
 
 # Everything builds without cgo; SQLite then reports that it needs it.
 nocgo:
@@ -21,13 +27,36 @@ lint:
 bench:
 	go test -run '^$$' -bench . -benchtime 2000x ./election/
 
+# TiDB: a server of our own on 14000 (internal/ci/tidb.sh builds it once
+# per machine), the mysql target pointed at it.
+TIDB_DSN = mysql://root@tcp(127.0.0.1:14000)/test
+
+test-tidb:
+	internal/ci/tidb.sh start
+	SQLELECT_TEST_ONLY=mysql SQLELECT_MYSQL_DSN='$(TIDB_DSN)' go test -race -count=1 ./election/ ./migrate/ ./internal/dialect/; \
+	  rc=$$?; internal/ci/tidb.sh stop; exit $$rc
+
+bench-tidb:
+	internal/ci/tidb.sh start
+	SQLELECT_TEST_ONLY=mysql SQLELECT_MYSQL_DSN='$(TIDB_DSN)' go test -run '^$$' -bench . -benchtime 2000x ./election/; \
+	  rc=$$?; internal/ci/tidb.sh stop; exit $$rc
+
+# Groups at scale: 1 to 1,000 namespaces, 2 to 32 candidate processes, with
+# and without balancing (docs/performance.md). Needs SQLELECT_POSTGRES_DSN
+# and SQLELECT_MYSQL_DSN; about 10 minutes per database.
+bench-scale:
+	go run ./internal/cmd/sqlelect-scale -db postgres -namespaces 1,16,128,1000 -procs 2,8,32 -steady 10s
+	go run ./internal/cmd/sqlelect-scale -db mysql -namespaces 1,16,128,1000 -procs 2,8,32 -steady 10s
+	go run ./internal/cmd/sqlelect-scale -db sqlite -namespaces 1,16,128 -procs 2,8 -steady 10s
+
 fuzz:
 	go test -run '^$$' -fuzz FuzzOpen -fuzztime 60s ./session/
 	go test -run '^$$' -fuzz FuzzNamespace -fuzztime 60s ./election/
 
 tidy-check:
 	go mod tidy
-	git diff --exit-code go.mod go.sum
+	for m in $(MODULES); do (cd $$m && go mod tidy) || exit 1; done
+	git diff --exit-code go.mod go.sum $(addsuffix /go.mod,$(MODULES)) $(addsuffix /go.sum,$(MODULES))
 
 ci:
 	bash .ci/run
