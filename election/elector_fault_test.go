@@ -318,8 +318,9 @@ type tagged struct {
 
 // TestHandoffAcrossPools: a candidate on another connection pool (as in
 // another process) learns of the handoff from the database: on PostgreSQL
-// by NOTIFY, before its tick, with an interval long enough that only the
-// notification explains the takeover; elsewhere at its next tick, still
+// by NOTIFY and on SQLite (Linux) by the notification file, before its tick,
+// with an interval long enough that only the notification explains the
+// takeover; on MySQL at its next tick, still
 // before the old lease would have expired.
 func TestHandoffAcrossPools(t *testing.T) {
 	for _, tg := range testdb.Targets(t) {
@@ -327,8 +328,12 @@ func TestHandoffAcrossPools(t *testing.T) {
 			testdb.SkipWithoutNotifications(t, tg)
 			dsn, dbA := testdb.Shared(t, tg)
 			dbB := testdb.OpenDSN(t, dsn)
+			if tg.Name == "sqlite" {
+				// A SQLite listener holds no connection: one is enough.
+				testdb.Raw(t, dbB).SetMaxOpenConns(1)
+			}
 			ns := testdb.Namespace(t)
-			notify := tg.Name == "postgres"
+			notify := testdb.WakesOtherPools(tg)
 			expire, interval := 2*time.Second, 500*time.Millisecond
 			if notify {
 				expire, interval = 10*time.Second, 3*time.Second
@@ -466,8 +471,8 @@ func TestHandoffListener(t *testing.T) {
 
 // TestHandoffFromProtocolCalls: a leader that is not an Elector, giving up
 // the seat with UnregisterCandidate or Resign, wakes the Electors too: in
-// the same process through the shared pool, and on PostgreSQL through
-// NOTIFY from another pool.
+// the same process through the shared pool, and from another pool through
+// NOTIFY on PostgreSQL and the notification file on SQLite (Linux).
 func TestHandoffFromProtocolCalls(t *testing.T) {
 	for _, tg := range testdb.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
@@ -488,7 +493,7 @@ func TestHandoffFromProtocolCalls(t *testing.T) {
 				{"same pool, unregister", db, causeWakeLocal, unregister},
 				{"same pool, resign", db, causeWakeLocal, resign},
 			}
-			if tg.Name == "postgres" {
+			if testdb.WakesOtherPools(tg) {
 				cases = append(cases,
 					handoffCase{"other pool, unregister", other, causeWakeNotify, unregister},
 					handoffCase{"other pool, resign", other, causeWakeNotify, resign})
@@ -497,7 +502,7 @@ func TestHandoffFromProtocolCalls(t *testing.T) {
 			// Elect after B resigned, then gives it up.
 			run := startRun(t, b.el)
 			b.waitLeading(0)
-			if tg.Name == "postgres" {
+			if testdb.WakesOtherPools(tg) {
 				select {
 				case <-hubOf(t, b.el).listeningC():
 				case <-time.After(waitLimit):

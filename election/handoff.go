@@ -23,8 +23,13 @@ import (
 //     pool, namespace). The vacating transaction wakes all of them.
 //   - Across processes, on PostgreSQL through pgx: the vacating transaction
 //     sends NOTIFY on handoffChannel, naming the candidate and the namespace,
-//     delivered at commit; each hub keeps one LISTEN connection while it has
-//     Electors, and wakes them when its namespace is named.
+//     delivered at commit; the hubs of a pool share one LISTEN connection
+//     while they have Electors, and it wakes a hub when its namespace is
+//     named.
+//   - Across processes, on SQLite on Linux: the vacating transaction appends
+//     the same payload to a file beside the database, and the pool's
+//     listener, told of the change by inotify, wakes the hub it names. The
+//     line is written before commit; those woken wait for the write lock.
 //
 // The candidate that vacated is never woken by its own handoff.
 //
@@ -130,12 +135,14 @@ func (e *Election) registerHandoff() {
 // on the leader row (or SQLite's write lock) until the transaction ends, and
 // then see the vacant seat.
 func (e *Election) announceVacancy(ctx context.Context, conn gorm.ConnPool, leader uuid.UUID) error {
+	// Local first: SQLite's notification is seen as soon as it is written,
+	// and this process's Electors need not wait for it.
+	wakeHub(e.hubKey(), wakeLocal, leader)
 	if n, ok := e.d.(dialect.Notifier); ok {
 		if err := n.Notify(ctx, conn, channelFor(e.schema), handoffPayload(leader, e.namespace)); err != nil {
 			return err
 		}
 	}
-	wakeHub(e.hubKey(), wakeLocal, leader)
 	return nil
 }
 
@@ -224,7 +231,7 @@ func acquireListener(e *Election, lk listenKey) *listener {
 	if !ok || pool == nil {
 		return nil
 	}
-	if limit := pool.Stats().MaxOpenConnections; limit > 0 && limit < minListenPool {
+	if limit := pool.Stats().MaxOpenConnections; n.HoldsListenConn() && limit > 0 && limit < minListenPool {
 		e.log.Info("election: not listening for handoffs: the pool allows too few connections; candidates wait for their next tick",
 			"max_open_conns", limit, "needed", minListenPool)
 		return nil
@@ -279,6 +286,10 @@ func (l *listener) listen(ctx context.Context, lk listenKey, n dialect.Notifier,
 				l.setListening(true)
 			},
 			func(payload string) {
+				if payload == "" {
+					wakeAll(lk) // some notifications may have been lost
+					return
+				}
 				if leader, ns, ok := parseHandoffPayload(payload); ok {
 					wakeHub(hubKey{pool: lk.pool, schema: lk.schema, namespace: ns}, wakeNotify, leader)
 				}

@@ -27,3 +27,6 @@ func PGConnector(dsn string) (driver.Connector, func() (known, pooled bool, with
 		return st != routeUnknown, st == routePooled, r.withheld.Load()
 	}, nil
 }
+
+// CgoEnabled reports whether SQLite is usable in this test binary.
+const CgoEnabled = cgoEnabled

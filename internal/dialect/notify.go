@@ -21,7 +21,9 @@ type Notifier interface {
 	// Listen takes one connection out of db's pool, listens on channel, calls
 	// ready once the database has confirmed the subscription, and then calls
 	// fn with the payload of every notification, on Listen's goroutine, until
-	// ctx ends or the connection fails. It always returns a non-nil error:
+	// ctx ends or the connection fails. An empty payload means that
+	// notifications may have been lost, whatever they named. It always
+	// returns a non-nil error:
 	// an error matching ErrCannotListen when db's connections cannot listen
 	// (the driver has no way to, or notifications sent to the subscription
 	// do not arrive, as behind a pooler in transaction mode; use polling),
@@ -29,6 +31,9 @@ type Notifier interface {
 	// subscribed is then discarded, never returned to the pool with a
 	// subscription on it.
 	Listen(ctx context.Context, db *sql.DB, channel string, ready func(), fn func(payload string)) error
+	// HoldsListenConn reports whether a listener keeps one of the pool's
+	// connections for as long as it listens.
+	HoldsListenConn() bool
 }
 
 // ErrCannotListen is returned by Notifier.Listen when the pool's driver has

@@ -16,6 +16,9 @@ import (
 
 var _ Notifier = postgres{}
 
+// HoldsListenConn is true: a listener keeps its connection subscribed.
+func (postgres) HoldsListenConn() bool { return true }
+
 // Notify runs pg_notify, which inside a transaction queues the notification
 // until commit (and drops it on rollback).
 func (postgres) Notify(ctx context.Context, conn gorm.ConnPool, channel, payload string) error {

@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -71,6 +72,19 @@ func SkipWithoutNotifications(tb testing.TB, tg Target) {
 	if tg.Name == "postgres" && TransactionPooler() {
 		tb.Skip("notifications are not delivered through a transaction pooler (the library polls; see TestHandoffThroughPooler)")
 	}
+}
+
+// WakesOtherPools reports whether a handoff on tg wakes candidates on other
+// pools (other processes): through NOTIFY on PostgreSQL without a
+// transaction pooler, through a file beside the database on SQLite on Linux.
+func WakesOtherPools(tg Target) bool {
+	switch tg.Name {
+	case "postgres":
+		return !TransactionPooler()
+	case "sqlite":
+		return runtime.GOOS == "linux"
+	}
+	return false
 }
 
 // Target is one database to run tests against.
