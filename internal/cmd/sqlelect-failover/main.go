@@ -6,12 +6,13 @@
 // own, and repeats two kinds of trial:
 //
 //   - crash: the leader process is killed with SIGKILL. Nobody unregisters,
-//     so another process can lead only once the lease has expired and one
-//     of them ticks: at most expire + interval after the kill.
+//     so another process can lead only once the lease has expired; the
+//     followers try at its end (target: expire + 25 ms after the kill).
 //   - graceful: the leader process gets SIGTERM. Its Elector's Run returns
 //     through its shutdown path, which unregisters the candidate and vacates
-//     the seat; the others try at once when woken (PostgreSQL LISTEN/NOTIFY)
-//     or on their next tick.
+//     the seat; the others try at once when woken (LISTEN/NOTIFY on
+//     PostgreSQL, the notification file on SQLite on Linux; target 10 ms)
+//     or on their next tick (MySQL; target one interval).
 //
 // A trial is timed from the signal to the moment another process reports
 // that it leads. Children write one line to a pipe as each event happens

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"syscall"
@@ -351,11 +352,15 @@ func table(c config, rs []result) string {
 		var targetText string
 		switch {
 		case r.kind == crash:
-			target = c.expire + c.interval
-			targetText = fmt.Sprintf("≤ %s (expire + interval)", ms(target))
+			// Followers try at the lease's edge.
+			target = c.expire + 25*time.Millisecond
+			targetText = fmt.Sprintf("≤ %s (expire + 25 ms)", ms(target))
 		case r.db == "postgres":
-			target = 50 * time.Millisecond
-			targetText = "≤ 50 ms (LISTEN/NOTIFY)"
+			target = 10 * time.Millisecond
+			targetText = "≤ 10 ms (LISTEN/NOTIFY)"
+		case r.db == "sqlite" && runtime.GOOS == "linux":
+			target = 10 * time.Millisecond
+			targetText = "≤ 10 ms (notification file)"
 		default:
 			target = c.interval
 			targetText = fmt.Sprintf("≤ %s (one interval)", ms(target))
