@@ -331,7 +331,7 @@ func pgConnector(dsn string) (driver.Connector, error) {
 	}
 	opts = append(opts, stdlib.OptionAfterConnect(route.check))
 	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler { return closeOnCancel{c} }
-	return pgBoundedConnector{stdlib.GetConnector(*cfg, opts...), route}, nil
+	return pgBoundedConnector{stdlib.GetConnector(*cfg, opts...), route, newDialSlots()}, nil
 }
 
 // connectingKey marks the context of a connection attempt, so that the
@@ -383,13 +383,18 @@ func (r *pgRoute) check(ctx context.Context, c *pgx.Conn) error {
 // match context.DeadlineExceeded, as the caller's own deadline would: the
 // socket closed by closeOnCancel otherwise only says "use of closed network
 // connection".
+//
+// It also paces the attempts (dialSlots): at most pgDialLimit in flight.
 type pgBoundedConnector struct {
 	driver.Connector
 	route *pgRoute
+	slots dialSlots
 }
 
 func (c pgBoundedConnector) Connect(ctx context.Context) (driver.Conn, error) {
-	conn, err := c.Connector.Connect(context.WithValue(ctx, connectingKey{}, true))
+	conn, err := c.slots.connect(ctx, func(actx context.Context) (driver.Conn, error) {
+		return c.Connector.Connect(context.WithValue(actx, connectingKey{}, true))
+	})
 	if err != nil && ctx.Err() == nil && (errors.Is(err, net.ErrClosed) || pgconn.Timeout(err)) && !errors.Is(err, context.DeadlineExceeded) {
 		err = connectTimedOut{err}
 	}
