@@ -89,6 +89,15 @@ func (c *discardConnector) Connect(ctx context.Context) (driver.Conn, error) {
 // timedOut checks, once at a time per address, whether addr answers a new
 // connection, and severs every connection to it when it does not.
 func (c *discardConnector) timedOut(ctx context.Context, addr string) {
+	bound := 5 * time.Second
+	if c.reset != nil {
+		bound = c.reset(ctx)
+	}
+	if bound <= 0 {
+		// The DSN waits for ever on a connection attempt: no host is silent
+		// then, and a check without a bound would end at once or never.
+		return
+	}
 	c.mu.Lock()
 	if c.checking[addr] || c.closing.Err() != nil {
 		c.mu.Unlock()
@@ -97,10 +106,6 @@ func (c *discardConnector) timedOut(ctx context.Context, addr string) {
 	c.checking[addr] = true
 	c.wg.Add(1)
 	c.mu.Unlock()
-	bound := 5 * time.Second
-	if c.reset != nil {
-		bound = c.reset(ctx)
-	}
 	go func() {
 		defer c.wg.Done()
 		cctx, cancel := context.WithTimeout(c.closing, 2*bound)
@@ -286,7 +291,8 @@ func (dc *discardConn) Ping(ctx context.Context) error {
 }
 
 // ResetSession refuses a connection marked for discarding, and bounds the
-// driver's own check by the dialect's ResetTimeout.
+// driver's own check by the dialect's ResetTimeout (unless that is 0: no
+// bound).
 func (dc *discardConn) ResetSession(ctx context.Context) error {
 	if dc.bad.Load() {
 		return driver.ErrBadConn
@@ -296,9 +302,14 @@ func (dc *discardConn) ResetSession(ctx context.Context) error {
 		return nil
 	}
 	if dc.c.reset != nil {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, dc.c.reset(ctx))
-		defer cancel()
+		// 0: no bound (connect_timeout=0). A context that had already run
+		// out would fail every check, and with it every connection handed
+		// out again after a second unused.
+		if d := dc.c.reset(ctx); d > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, d)
+			defer cancel()
+		}
 	}
 	return dc.note(ctx, r.ResetSession(ctx))
 }

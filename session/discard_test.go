@@ -191,3 +191,101 @@ func TestSilentHostClosesWaitingCalls(t *testing.T) {
 		t.Fatal("the call without a deadline still waited 10 s after the host was found silent")
 	}
 }
+
+// TestConnectTimeoutKeepsIdleConnections: a DSN's connect_timeout, 0 (wait
+// for ever) or a number of seconds, also bounds the check pgx makes of a
+// pooled connection handed out after more than a second unused, and the
+// connection passes it: the same server session comes back. With 0 the
+// check once ran under a context that had already ended, and every
+// connection idle for a second was dropped and opened again.
+func TestConnectTimeoutKeepsIdleConnections(t *testing.T) {
+	dsn := serverDSN(t, testdb.PostgresEnv)
+	if testdb.TransactionPooler() {
+		t.Skip("behind a transaction pooler a client's server session changes between transactions")
+	}
+	for _, timeout := range []string{"0", "7"} {
+		t.Run("connect_timeout="+timeout, func(t *testing.T) {
+			u, err := url.Parse(dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q := u.Query()
+			q.Set("connect_timeout", timeout)
+			u.RawQuery = q.Encode()
+			db := open(t, u.String())
+			sqlDB, err := db.DB()
+			if err != nil {
+				t.Fatal(err)
+			}
+			sqlDB.SetMaxOpenConns(1)
+			ctx := testCtx(t)
+			pid := func() (p int64) {
+				t.Helper()
+				if err := sqlDB.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&p); err != nil {
+					t.Fatal(err)
+				}
+				return p
+			}
+			before := pid()
+			// pgx checks a connection unused for over a second; nothing
+			// signals that the second has passed but the clock.
+			time.Sleep(1100 * time.Millisecond)
+			if after := pid(); after != before {
+				t.Fatalf("server session %d after a second idle, want %d again: the idle connection was dropped", after, before)
+			}
+		})
+	}
+}
+
+// TestConnectTimeoutBoundsIdleCheck: on a pooled connection whose host
+// went silent, a call without a deadline fails within the DSN's
+// connect_timeout (1 s: the check of the idle connection, then a new
+// connection attempt), not the 5 s default each.
+func TestConnectTimeoutBoundsIdleCheck(t *testing.T) {
+	dsn := serverDSN(t, testdb.PostgresEnv)
+	p, proxied, err := faultproxy.ForDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	u, err := url.Parse(proxied)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("connect_timeout", "1")
+	u.RawQuery = q.Encode()
+	db := open(t, u.String())
+	sqlDB, err := db.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqlDB.SetMaxOpenConns(1)
+	if _, err := sqlDB.ExecContext(testCtx(t), "SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // idle long enough to be checked
+	p.SetDelay(time.Hour)
+	t.Cleanup(func() { p.SetDelay(0) })
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := sqlDB.ExecContext(context.Background(), "SELECT 1")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		took := time.Since(start)
+		if err == nil {
+			t.Fatal("a call on the silent host succeeded")
+		}
+		t.Logf("the call failed after %v: %v", took, err)
+		if took > 4*time.Second {
+			t.Errorf("the call failed after %v, want about 2 s (1 s check, 1 s connection attempt), under the 5 s default", took)
+		}
+	case <-time.After(20 * time.Second):
+		p.Close()
+		<-done
+		t.Fatal("the call on the silent host still waited after 20 s")
+	}
+}

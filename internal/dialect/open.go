@@ -74,7 +74,10 @@ type Opened struct {
 	Connector func(dsn string) (driver.Connector, error)
 	// ResetTimeout, when not nil, bounds the check a pooled connection gets
 	// when it is handed out again (driver.SessionResetter), given the
-	// context of the call that takes it.
+	// context of the call that takes it. It also bounds the connection
+	// attempt that asks whether a host answers (HostCheck). 0 means no bound
+	// (a DSN that waits for ever): the check runs under the caller's context
+	// alone, and no host is judged silent.
 	ResetTimeout func(ctx context.Context) time.Duration
 	// HostCheck, when not nil, finds connections to a host that stopped
 	// answering.

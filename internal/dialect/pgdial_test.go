@@ -67,3 +67,41 @@ func TestDialSlots(t *testing.T) {
 		t.Errorf("an attempt after: %v, %d slots held", err, len(s))
 	}
 }
+
+// TestPGResetTimeout: the check of a pooled connection handed out again is
+// bounded like a connection attempt: by the DSN's connect_timeout whenever
+// it sets one (0 is no bound, as it is for the attempt), else by the
+// caller's shorter bound or the default.
+func TestPGResetTimeout(t *testing.T) {
+	short := WithConnectTimeout(context.Background(), time.Second)
+	long := WithConnectTimeout(context.Background(), time.Minute)
+	for _, c := range []struct {
+		dsn               string
+		none, short, long time.Duration
+	}{
+		{"postgres://u@127.0.0.1/db", pgConnectTimeout, time.Second, pgConnectTimeout},
+		{"postgres://u@127.0.0.1/db?connect_timeout=0", 0, 0, 0},
+		{"postgres://u@127.0.0.1/db?connect_timeout=3", 3 * time.Second, 3 * time.Second, 3 * time.Second},
+		{"postgres://u@127.0.0.1/db?connect_timeout=30", 30 * time.Second, 30 * time.Second, 30 * time.Second},
+		{"host=127.0.0.1 user=u dbname=db connect_timeout=0", 0, 0, 0},
+		{"host=127.0.0.1 user=u dbname=db connect_timeout=2", 2 * time.Second, 2 * time.Second, 2 * time.Second},
+		{"host=127.0.0.1 user=u dbname=db", pgConnectTimeout, time.Second, pgConnectTimeout},
+	} {
+		o, err := Open(c.dsn)
+		if err != nil {
+			t.Fatalf("Open(%q): %v", c.dsn, err)
+		}
+		if o.ResetTimeout == nil {
+			t.Fatalf("Open(%q): no ResetTimeout", c.dsn)
+		}
+		for _, k := range []struct {
+			name string
+			ctx  context.Context
+			want time.Duration
+		}{{"no bound", context.Background(), c.none}, {"a 1s bound", short, c.short}, {"a 1m bound", long, c.long}} {
+			if got := o.ResetTimeout(k.ctx); got != k.want {
+				t.Errorf("%q, a caller with %s: %v, want %v", c.dsn, k.name, got, k.want)
+			}
+		}
+	}
+}

@@ -421,6 +421,10 @@ func pgConnectTimeoutSet(pc *pgconn.Config, dsn string) bool {
 // pgConnectTimeout). A pooled connection to a host that stopped answering
 // is then discarded after that long instead of holding its caller, whose
 // context may have no deadline (a leader's work), until the host returns.
+//
+// A DSN's connect_timeout=0 waits for ever, here too: the bound is 0, which
+// means none (the check runs under the caller's context alone), and no host
+// is judged silent.
 func pgResetTimeout(pc *pgconn.Config, dsn string) func(context.Context) time.Duration {
 	if pgConnectTimeoutSet(pc, dsn) {
 		d := pc.ConnectTimeout
