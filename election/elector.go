@@ -94,6 +94,15 @@ type ElectorConfig struct {
 // leads while Elect grants or renews its lease, steps down when it cannot
 // renew in time, and on shutdown hands the seat over at once.
 //
+// When another process vacates the term it leads in (an operator's
+// VacateSeat or VacateLease, or an UnregisterCandidate of its id), the
+// Elector stops leading at its next round (at once when the vacate reaches
+// it: in process, or through PostgreSQL NOTIFY or SQLite's handoff file),
+// reporting StopVacated, and sits out one tick (heartbeat and observe
+// only) so that another live candidate takes the seat; with no other
+// candidate it takes the seat back in a new term. Until that round the
+// vacated leader's Guard already fails: fence leader-only writes with it.
+//
 // Callbacks run in order, one at a time, on a goroutine of the Elector (only
 // the leader's work, OnStartedLeading, runs on a goroutine of its own). A
 // slow callback delays the callbacks after it, never the election: rounds,
@@ -109,6 +118,7 @@ type Elector struct {
 
 	started atomic.Bool
 	wake    chan wakeSource // cap 1: a handoff may let us win now
+	ousted  chan struct{}   // cap 1: another process vacated this candidate's term
 	resign  chan resignRequest
 	kick    chan struct{} // cap 1: the trust deadline moved (watchdog)
 	events  *dispatcher
@@ -120,6 +130,7 @@ type Elector struct {
 	last      Lease         // last lease seen
 	led       Lease         // lease of the last leadership, as it ended
 	resigning int           // Resigns waiting to vacate: rounds only observe
+	yielded   bool          // the last round found its term vacated by someone else: sit out
 	renewed   time.Time     // monotonic: when the last grant or renewal returned (HealthCheck)
 
 	working atomic.Int32 // OnStartedLeading calls running (HealthCheck)
@@ -155,8 +166,9 @@ const (
 	causeRetry                             // the backoff after a failed round passed
 	causeWakeLocal                         // a seat vacated in this process
 	causeWakeNotify                        // a NOTIFY from the database
-	causeAfterResign                       // the tick skipped after Resign (observe only)
+	causeAfterResign                       // the tick skipped after Resign or a vacated term (observe only)
 	causeEdge                              // the lease another candidate held has just ended
+	causeOusted                            // another process vacated the term this Elector leads in
 )
 
 func (c roundCause) String() string {
@@ -175,6 +187,8 @@ func (c roundCause) String() string {
 		return "after-resign"
 	case causeEdge:
 		return "edge"
+	case causeOusted:
+		return "ousted"
 	}
 	return "unknown"
 }
@@ -223,6 +237,7 @@ func (e *Election) NewElector(id uuid.UUID, cfg ElectorConfig) (*Elector, error)
 		cfg:    cfg,
 		log:    e.log.With("candidate", id),
 		wake:   make(chan wakeSource, 1),
+		ousted: make(chan struct{}, 1),
 		resign: make(chan resignRequest),
 		kick:   make(chan struct{}, 1),
 		events: newDispatcher(),
@@ -441,7 +456,8 @@ func (el *Elector) loop(ctx context.Context) error {
 		cause     = causeStart
 		failures  int
 		succeeded bool
-		skip      bool // Resign: the next tick only observes
+		skip      bool // Resign, or a term vacated by someone else: the next tick only observes
+		sitOut    bool // the skip is for a vacated term: handoff wakes do not end it
 		timer     *time.Timer
 	)
 	for {
@@ -472,7 +488,12 @@ func (el *Elector) loop(ctx context.Context) error {
 		} else {
 			succeeded = true
 			failures = 0
-			if d, ok := el.edgeWait(wait); ok {
+			if el.takeYielded() {
+				// Another process vacated the seat in this Elector's term
+				// (an operator moving leadership on): leave the seat to the
+				// other candidates, which the vacate woke, for one tick.
+				skip, sitOut = true, true
+			} else if d, ok := el.edgeWait(wait); ok {
 				wait, edge = d, true
 			}
 		}
@@ -490,7 +511,7 @@ func (el *Elector) loop(ctx context.Context) error {
 			case <-timer.C:
 				switch {
 				case skip:
-					cause, skip = causeAfterResign, false
+					cause, skip, sitOut = causeAfterResign, false, false
 				case err != nil:
 					cause = causeRetry
 				case edge:
@@ -501,7 +522,7 @@ func (el *Elector) loop(ctx context.Context) error {
 			case src := <-el.wake:
 				// Another candidate vacated the seat (never this one: it
 				// is not woken by its own handoff). That ends a skip too.
-				if el.IsLeader() {
+				if el.IsLeader() || sitOut {
 					continue
 				}
 				// The seat is changing hands: take the locked path, which
@@ -515,6 +536,15 @@ func (el *Elector) loop(ctx context.Context) error {
 				if src == wakeNotify {
 					cause = causeWakeNotify
 				}
+			case <-el.ousted:
+				// Another process vacated this candidate's term: a round
+				// now finds it out (the renewal fails) and stops leading,
+				// instead of at the next tick.
+				if !el.IsLeader() {
+					continue
+				}
+				timer.Stop()
+				cause = causeOusted
 			case req := <-el.resign:
 				req.reply <- el.doResign()
 				skip = true
@@ -621,14 +651,20 @@ func (el *Elector) electRound(ctx context.Context, cause roundCause) (err error)
 	if err := el.beforeCall(actx); err != nil {
 		return err
 	}
-	lease, err = el.e.Elect(actx, el.id)
+	lease, yielded, err := el.e.campaign(actx, el.id, true, nil)
 	if err != nil {
 		return err
 	}
 	el.observe(lease)
 	if !lease.HeldBy(el.id) {
 		el.mu.Lock()
-		if el.cur != nil {
+		switch {
+		case yielded:
+			el.yielded = true
+			if el.cur != nil {
+				el.stopLocked(stopVacated)
+			}
+		case el.cur != nil:
 			el.stopLocked("the database names another leader")
 		}
 		el.mu.Unlock()
@@ -645,6 +681,20 @@ func (el *Elector) electRound(ctx context.Context, cause roundCause) (err error)
 	}
 	started = el.lead(ctx, lease, trustedUntil, cause)
 	return nil
+}
+
+// stopVacated is the reason an Elector stops leading when another process
+// vacated its term (VacateSeat, VacateLease, UnregisterCandidate of its id).
+const stopVacated = "the seat was vacated by another process"
+
+// takeYielded reports, once, that the last round found the Elector's term
+// vacated by someone else.
+func (el *Elector) takeYielded() bool {
+	el.mu.Lock()
+	defer el.mu.Unlock()
+	y := el.yielded
+	el.yielded = false
+	return y
 }
 
 // observeRound is the tick after Resign: keep the candidate row alive and
@@ -788,6 +838,15 @@ func (el *Elector) watch(stop <-chan struct{}) {
 			}
 			el.mu.Unlock()
 		}
+	}
+}
+
+// pokeOusted wakes the loop of a leading Elector whose term another
+// process vacated; wake-ups coalesce.
+func (el *Elector) pokeOusted() {
+	select {
+	case el.ousted <- struct{}{}:
+	default:
 	}
 }
 

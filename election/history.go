@@ -250,16 +250,50 @@ func (e *Election) Namespaces(ctx context.Context, opts ...CallOption) ([]string
 // was vacant and nothing changed.
 //
 // The old leader's term is over at once: Guard with its lease fails, its
-// renewal fails, and its Elector stops leading at its next round, before
-// any new term. The seat goes to whichever candidate elects first, which
-// may be the old leader again, in a new term.
+// renewal fails, and its Elector (or Group) stops leading at its next
+// round, before any new term. The seat goes to whichever candidate elects
+// first. An Elector or Group whose seat was vacated by someone else sits
+// out one interval before it competes again, so another live candidate
+// takes the seat; when there is none, the old leader takes it back in a
+// new term.
+//
+// To vacate only a lease that was looked at first (a confirmation), use
+// VacateLease.
 func (e *Election) VacateSeat(ctx context.Context, opts ...CallOption) (Lease, error) {
+	return e.vacateSeat(ctx, "VacateSeat", Lease{}, opts)
+}
+
+// VacateLease is VacateSeat for one lease: it clears the seat only if it is
+// still held by lease.Leader in lease.Term (live or lapsed), and otherwise
+// changes nothing and returns an error matching ErrNotLeader, so that an
+// operator who confirmed "vacate the term of X" never vacates a term that
+// began since. It returns the lease that was cleared, as read under the
+// seat's lock. lease must name a leader and a term (ErrInvalidOption), in
+// the Election's namespace.
+func (e *Election) VacateLease(ctx context.Context, lease Lease, opts ...CallOption) (Lease, error) {
+	switch {
+	case lease.Leader == uuid.Nil || lease.Term <= 0:
+		return Lease{}, fmt.Errorf("%w: VacateLease: the lease names no leader and term", ErrInvalidOption)
+	case lease.Namespace != "" && lease.Namespace != e.namespace:
+		return Lease{}, fmt.Errorf("%w: VacateLease: lease of namespace %q, election of %q", ErrInvalidOption, lease.Namespace, e.namespace)
+	}
+	return e.vacateSeat(ctx, "VacateLease", lease, opts)
+}
+
+// vacateSeat is VacateSeat, and with a non-zero want VacateLease.
+func (e *Election) vacateSeat(ctx context.Context, op string, want Lease, opts []CallOption) (Lease, error) {
 	var out Lease
-	err := e.transaction(ctx, "VacateSeat", opts, func(conn gorm.ConnPool, _ bool) error {
+	err := e.transaction(ctx, op, opts, func(conn gorm.ConnPool, _ bool) error {
 		out = Lease{Namespace: e.namespace}
 		s, err := e.readSeat(ctx, conn, dialect.UpdateLock)
-		if err != nil || s.leader == uuid.Nil {
+		if err != nil {
 			return err
+		}
+		if want.Leader != uuid.Nil && (s.leader != want.Leader || s.term != want.Term) {
+			return final("%w: %s: the seat is no longer held by %s in term %d", ErrNotLeader, op, want.Leader, want.Term)
+		}
+		if s.leader == uuid.Nil {
+			return nil
 		}
 		n, err := affected(conn.ExecContext(ctx, e.q.VacateTerm, e.namespace, s.leader, s.term))
 		if err != nil {

@@ -110,6 +110,11 @@ const (
 	StopResigned StopReason = "resigned"
 	// StopLost: the database named another leader or a new term.
 	StopLost StopReason = "lost"
+	// StopVacated: another process vacated the term (an operator's
+	// VacateSeat or VacateLease, an UnregisterCandidate of the candidate's
+	// id); the candidate sits out one interval so that another takes the
+	// seat.
+	StopVacated StopReason = "vacated"
 	// StopSteppedDown: the trust window passed without a renewal, or a
 	// renewal returned after it.
 	StopSteppedDown StopReason = "stepped_down"
@@ -263,6 +268,8 @@ func reportStop(o Observer, ld Leadership, reason string) {
 		ld.Reason = StopResigned
 	case "shutting down":
 		ld.Reason = StopShutdown
+	case stopVacated:
+		ld.Reason = StopVacated
 	case "trust window passed", "the renewal returned after the trust window":
 		ld.Reason = StopSteppedDown
 		o.SteppedDown(ld)

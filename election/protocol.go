@@ -61,8 +61,20 @@ func (e *Election) register(ctx context.Context, op string, id uuid.UUID, opts [
 // the lease is still live by the database clock, it refreshes its own row
 // and returns without taking the lock.
 func (e *Election) Elect(ctx context.Context, id uuid.UUID, opts ...CallOption) (Lease, error) {
+	l, _, err := e.campaign(ctx, id, false, opts)
+	return l, err
+}
+
+// campaign is Elect. With yield, a candidate whose renewal failed because
+// its own term was vacated by someone else (an operator's VacateSeat, an
+// UnregisterCandidate of its id) does not take the vacant seat back in the
+// same call: it refreshes its row, returns the vacant lease and reports
+// yielded, so that its Elector can leave the seat to the other candidates
+// for an interval. Elect itself never yields: the protocol gives a vacant
+// seat to the caller.
+func (e *Election) campaign(ctx context.Context, id uuid.UUID, yield bool, opts []CallOption) (_ Lease, yielded bool, _ error) {
 	if id == uuid.Nil {
-		return Lease{}, fmt.Errorf("%w: Elect", ErrInvalidCandidate)
+		return Lease{}, false, fmt.Errorf("%w: Elect", ErrInvalidCandidate)
 	}
 	var out Lease
 	if prev, ok := e.cached(id); ok {
@@ -77,14 +89,31 @@ func (e *Election) Elect(ctx context.Context, id uuid.UUID, opts ...CallOption) 
 			return err
 		})
 		if err != nil {
-			return Lease{}, err
+			return Lease{}, false, err
 		}
 		if renewed {
 			e.remember(id, out)
 			e.maybePrune(ctx, opts)
-			return out, nil
+			return out, false, nil
 		}
 		e.forget(id)
+		if yield {
+			vacated := false
+			err := e.autocommit(ctx, "Elect", opts, func(conn gorm.ConnPool, _ bool) error {
+				s, err := e.readSeat(ctx, conn, dialect.NoLock)
+				if err != nil || s.leader != uuid.Nil || s.term != prev.Term {
+					return err
+				}
+				vacated = true
+				return e.refreshAt(ctx, conn, id, s.now)
+			})
+			if err != nil {
+				return Lease{}, false, err
+			}
+			if vacated {
+				return Lease{Namespace: e.namespace}, true, nil
+			}
+		}
 	}
 	// The contention rule: a candidate that can only lose (another holds a
 	// lease that is live by the database clock) learns it from an unlocked
@@ -108,11 +137,11 @@ func (e *Election) Elect(ctx context.Context, id uuid.UUID, opts ...CallOption) 
 			return nil
 		})
 		if err != nil {
-			return Lease{}, err
+			return Lease{}, false, err
 		}
 		if lost {
 			e.remember(id, out)
-			return out, nil
+			return out, false, nil
 		}
 	}
 	var tookOver bool
@@ -122,7 +151,7 @@ func (e *Election) Elect(ctx context.Context, id uuid.UUID, opts ...CallOption) 
 		return err
 	})
 	if err != nil {
-		return Lease{}, err
+		return Lease{}, false, err
 	}
 	e.remember(id, out)
 	// The leader prunes, on its one-statement renewals (above) and when it
@@ -132,7 +161,7 @@ func (e *Election) Elect(ctx context.Context, id uuid.UUID, opts ...CallOption) 
 	if tookOver {
 		e.maybePrune(ctx, opts)
 	}
-	return out, nil
+	return out, false, nil
 }
 
 // elect is Elect's transaction. tookOver reports that the caller was granted

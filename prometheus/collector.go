@@ -142,7 +142,7 @@ func (c *Collector) initLocked(ns string) {
 	for _, o := range []election.Outcome{election.OutcomeLed, election.OutcomeRenewed, election.OutcomeFollower, election.OutcomeError} {
 		c.elections.WithLabelValues(ns, string(o))
 	}
-	for _, r := range []election.StopReason{election.StopResigned, election.StopLost, election.StopSteppedDown, election.StopShutdown} {
+	for _, r := range []election.StopReason{election.StopResigned, election.StopLost, election.StopVacated, election.StopSteppedDown, election.StopShutdown} {
 		c.stops.WithLabelValues(ns, string(r))
 	}
 }
