@@ -46,7 +46,7 @@ import (
 var files embed.FS
 
 // VersionsTable records which schema versions Up has applied.
-const VersionsTable = "election_schema_migrations"
+const VersionsTable = dialect.VersionsTable
 
 // ErrNoDatabase is returned when Up or Down is given a nil database or a
 // handle bound to a transaction.
@@ -175,9 +175,9 @@ func Up(ctx context.Context, db *gorm.DB, opts ...Option) error {
 			if applied[m.Version] {
 				continue
 			}
-			err := apply(ctx, db, exec, m)
+			err := apply(ctx, d, exec, m)
 			if err != nil && dialect.MigrationRace(d, err) {
-				err = awaitRecorded(ctx, exec, m, err)
+				err = awaitRecorded(ctx, d, exec, m, err)
 			}
 			if err != nil {
 				return err
@@ -188,13 +188,13 @@ func Up(ctx context.Context, db *gorm.DB, opts ...Option) error {
 }
 
 // apply runs m's statements and records its version.
-func apply(ctx context.Context, db *gorm.DB, exec *sql.Conn, m Migration) error {
+func apply(ctx context.Context, d dialect.Dialect, exec *sql.Conn, m Migration) error {
 	for _, stmt := range m.Up {
 		if _, err := exec.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("migrate: version %d (%s): %w", m.Version, m.Name, err)
 		}
 	}
-	if _, err := exec.ExecContext(ctx, rebind(db, "INSERT INTO "+VersionsTable+" (version, name) VALUES (?, ?)"), m.Version, m.Name); err != nil {
+	if _, err := exec.ExecContext(ctx, dialect.Migrations(d).Record, m.Version, m.Name); err != nil {
 		return fmt.Errorf("migrate: recording version %d: %w", m.Version, err)
 	}
 	return nil
@@ -213,11 +213,12 @@ const (
 // every commit of the cluster, until that node records the version, and
 // then goes on. If the version is not recorded within raceWait, the step's
 // own error stands.
-func awaitRecorded(ctx context.Context, exec *sql.Conn, m Migration, stepErr error) error {
+func awaitRecorded(ctx context.Context, d dialect.Dialect, exec *sql.Conn, m Migration, stepErr error) error {
 	deadline := time.Now().Add(raceWait)
+	recorded := dialect.Migrations(d).Recorded
 	for {
 		var n int
-		err := exec.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+VersionsTable+" WHERE version = ?", m.Version).Scan(&n)
+		err := exec.QueryRowContext(ctx, recorded, m.Version).Scan(&n)
 		switch {
 		case err != nil:
 			return errors.Join(stepErr, err)
@@ -240,7 +241,7 @@ func awaitRecorded(ctx context.Context, exec *sql.Conn, m Migration, stepErr err
 // the first version, whose statements drop every election table if it
 // exists: a schema created by another tool, or only partly, goes too.
 func Down(ctx context.Context, db *gorm.DB, opts ...Option) error {
-	return run(ctx, db, opts, func(ctx context.Context, _ dialect.Dialect, exec *sql.Conn, applied map[int64]bool, ms []Migration) error {
+	return run(ctx, db, opts, func(ctx context.Context, d dialect.Dialect, exec *sql.Conn, applied map[int64]bool, ms []Migration) error {
 		for i := len(ms) - 1; i >= 0; i-- {
 			if i > 0 && !applied[ms[i].Version] {
 				continue
@@ -251,108 +252,170 @@ func Down(ctx context.Context, db *gorm.DB, opts ...Option) error {
 				}
 			}
 		}
-		_, err := exec.ExecContext(ctx, "DROP TABLE IF EXISTS "+VersionsTable)
+		_, err := exec.ExecContext(ctx, dialect.Migrations(d).DropVersions)
 		return err
 	})
 }
 
-func rebind(db *gorm.DB, q string) string {
-	d, _ := dialect.For(db)
-	return d.Rebind(q)
-}
-
-func run(ctx context.Context, db *gorm.DB, opts []Option, fn func(context.Context, dialect.Dialect, *sql.Conn, map[int64]bool, []Migration) error) (err error) {
+// target checks opts and db, and returns the options and db's dialect.
+func target(db *gorm.DB, opts []Option) (options, dialect.Dialect, error) {
 	var o options
 	for _, opt := range opts {
 		if opt == nil {
-			return errors.New("migrate: nil Option")
+			return o, nil, errors.New("migrate: nil Option")
 		}
 		if err := opt.apply(&o); err != nil {
-			return err
+			return o, nil, err
 		}
 	}
 	if db == nil || db.Statement == nil {
-		return ErrNoDatabase
+		return o, nil, ErrNoDatabase
 	}
 	if gormx.InTransaction(db) {
-		return ErrNoDatabase
+		return o, nil, ErrNoDatabase
 	}
 	d, err := dialect.For(db)
 	if err != nil {
-		return fmt.Errorf("migrate: %w", err)
+		return o, nil, fmt.Errorf("migrate: %w", err)
 	}
 	if o.schema != "" {
 		if _, err := dialect.InSchema(d, o.schema); err != nil {
-			return fmt.Errorf("migrate: WithSchema: %w", err)
+			return o, nil, fmt.Errorf("migrate: WithSchema: %w", err)
 		}
+	}
+	return o, d, nil
+}
+
+// connect takes a connection from db's pool and refines d by asking the
+// server (dialect.Detect), then places d's tables in the schema o names.
+func connect(ctx context.Context, db *gorm.DB, d dialect.Dialect, o options) (*sql.Conn, dialect.Dialect, error) {
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, nil, fmt.Errorf("migrate: %w", err)
+	}
+	conn, err := sqlDB.Conn(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("migrate: connecting: %w", err)
+	}
+	if d, err = dialect.Detect(ctx, db, d); err != nil {
+		conn.Close()
+		return nil, nil, fmt.Errorf("migrate: %w", err)
+	}
+	if o.schema != "" {
+		if d, err = dialect.InSchema(d, o.schema); err != nil {
+			conn.Close()
+			return nil, nil, fmt.Errorf("migrate: WithSchema: %w", err)
+		}
+	}
+	return conn, d, nil
+}
+
+// applied reads the versions recorded as applied.
+func applied(ctx context.Context, d dialect.Dialect, conn *sql.Conn) (map[int64]bool, error) {
+	rows, err := conn.QueryContext(ctx, dialect.Migrations(d).Versions)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[int64]bool{}
+	for rows.Next() {
+		var v int64
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out[v] = true
+	}
+	return out, rows.Err()
+}
+
+func run(ctx context.Context, db *gorm.DB, opts []Option, fn func(context.Context, dialect.Dialect, *sql.Conn, map[int64]bool, []Migration) error) (err error) {
+	o, d, err := target(db, opts)
+	if err != nil {
+		return err
 	}
 	ms, err := Migrations(d.Name())
 	if err != nil {
 		return err
 	}
-	sqlDB, err := db.DB()
+	conn, d, err := connect(ctx, db, d, o)
 	if err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	conn, err := sqlDB.Conn(ctx)
-	if err != nil {
-		return fmt.Errorf("migrate: connecting: %w", err)
+		return err
 	}
 	defer conn.Close()
-	if d, err = dialect.Detect(ctx, db, d); err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
 	release, err := d.LockMigrations(ctx, conn)
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
-	if dialect.Galera(d) {
-		// The lock is this node's own: read what other nodes committed
-		// before reading the versions applied, and give the connection
-		// back as it was.
-		if _, err := conn.ExecContext(ctx, "SET SESSION wsrep_sync_wait = 1"); err != nil {
-			release(false)
-			return fmt.Errorf("migrate: %w", err)
-		}
-		defer conn.ExecContext(context.Background(), "SET SESSION wsrep_sync_wait = DEFAULT")
+	// Read what other processes committed before reading the versions
+	// applied (a Galera node's lock is its own).
+	restore, err := dialect.SyncMigrationReads(ctx, d, conn)
+	if err != nil {
+		release(false)
+		return fmt.Errorf("migrate: %w", err)
 	}
+	defer restore()
 	defer func() {
 		if rerr := release(err == nil); rerr != nil && err == nil {
 			err = fmt.Errorf("migrate: releasing the migration lock: %w", rerr)
 		}
 	}()
 	if o.schema != "" {
-		// PostgreSQL only (checked above), inside the transaction that holds
-		// the migration lock: SET LOCAL ends with it, so the pooled
-		// connection goes back with its own search path.
-		q := dialect.QuoteSchema(o.schema)
-		if _, err := conn.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+q); err != nil {
-			return fmt.Errorf("migrate: creating schema %s: %w", q, err)
-		}
-		if _, err := conn.ExecContext(ctx, "SET LOCAL search_path TO "+q); err != nil {
-			return fmt.Errorf("migrate: using schema %s: %w", q, err)
+		// Inside the transaction that holds the migration lock (PostgreSQL
+		// only, checked above): the shipped files name the tables
+		// unqualified.
+		if err := dialect.UseSchema(ctx, conn, o.schema); err != nil {
+			return fmt.Errorf("migrate: %w", err)
 		}
 	}
-	if _, err := conn.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+VersionsTable+
-		" (version BIGINT NOT NULL PRIMARY KEY, name VARCHAR(191) NOT NULL)"); err != nil {
+	if _, err := conn.ExecContext(ctx, dialect.Migrations(d).CreateVersions); err != nil {
 		return fmt.Errorf("migrate: creating %s: %w", VersionsTable, err)
 	}
-	rows, err := conn.QueryContext(ctx, "SELECT version FROM "+VersionsTable)
+	done, err := applied(ctx, d, conn)
 	if err != nil {
 		return fmt.Errorf("migrate: reading %s: %w", VersionsTable, err)
 	}
-	applied := map[int64]bool{}
-	for rows.Next() {
-		var v int64
-		if err := rows.Scan(&v); err != nil {
-			rows.Close()
-			return fmt.Errorf("migrate: reading %s: %w", VersionsTable, err)
-		}
-		applied[v] = true
+	return fn(ctx, d, conn, done, ms)
+}
+
+// State is a migration and whether it is recorded as applied.
+type State struct {
+	Migration
+	// Applied is true when the version is recorded in VersionsTable.
+	Applied bool
+}
+
+// Status returns the migrations of db's database in version order, each
+// with whether Up recorded it as applied (in the schema WithSchema names).
+// A database where Up never ran (no VersionsTable, or no such schema) has
+// every migration pending; any other error reading the record is returned,
+// never taken for "pending". Status changes nothing and takes no lock. It
+// returns ErrNoDatabase for a nil handle or one bound to a transaction.
+func Status(ctx context.Context, db *gorm.DB, opts ...Option) ([]State, error) {
+	o, d, err := target(db, opts)
+	if err != nil {
+		return nil, err
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("migrate: reading %s: %w", VersionsTable, err)
+	ms, err := Migrations(d.Name())
+	if err != nil {
+		return nil, err
 	}
-	return fn(ctx, d, conn, applied, ms)
+	conn, d, err := connect(ctx, db, d, o)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	restore, err := dialect.SyncMigrationReads(ctx, d, conn)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	defer restore()
+	done, err := applied(ctx, d, conn)
+	if err != nil && d.Classify(err) != dialect.MissingTable {
+		return nil, fmt.Errorf("migrate: reading %s: %w", VersionsTable, err)
+	}
+	out := make([]State, len(ms))
+	for i, m := range ms {
+		out[i] = State{Migration: m, Applied: done[m.Version]}
+	}
+	return out, nil
 }

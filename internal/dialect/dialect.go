@@ -67,7 +67,7 @@ type Dialect interface {
 	// once. The value is shared and must not be changed.
 	Statements() *Statements
 	// Rebind rewrites ? markers into the driver's placeholder form, for the
-	// few statements written elsewhere (package migrate's bookkeeping).
+	// statements built outside Statements (Migrations).
 	Rebind(query string) string
 	// DurationArg is the bound value a statement expects for a duration d.
 	DurationArg(d time.Duration) any
@@ -229,4 +229,20 @@ func endTransaction(conn *sql.Conn) func(commit bool) error {
 		_, err := conn.ExecContext(context.Background(), stmt)
 		return err
 	}
+}
+
+// SyncMigrationReads readies conn, which holds the migration lock, to read
+// the versions other processes recorded. On a Galera node the lock is the
+// node's own, and a read may not yet see what another node committed: reads
+// on conn then wait until the node has applied every commit of the cluster
+// (wsrep_sync_wait), and restore sets the connection back as it was.
+// Elsewhere it does nothing. Call restore when done with conn.
+func SyncMigrationReads(ctx context.Context, d Dialect, conn *sql.Conn) (restore func(), err error) {
+	if !Galera(d) {
+		return func() {}, nil
+	}
+	if _, err := conn.ExecContext(ctx, galeraSyncReads); err != nil {
+		return nil, err
+	}
+	return func() { _, _ = conn.ExecContext(context.Background(), galeraDefaultReads) }, nil
 }

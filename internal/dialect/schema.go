@@ -1,6 +1,8 @@
 package dialect
 
 import (
+	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"reflect"
@@ -115,4 +117,20 @@ func inSchema(schema string) *schemaStatements {
 	qualifyAll(reflect.ValueOf(&s).Elem(), quoted)
 	v, _ := schemas.LoadOrStore(schema, &schemaStatements{statements: &s, renew: qualify(pgRenew, quoted)})
 	return v.(*schemaStatements)
+}
+
+// UseSchema creates schema if it does not exist and makes it the search
+// path of the transaction open on conn (SET LOCAL: the connection goes back
+// to the pool with its own search path when the transaction ends), so that
+// the shipped SQL files, which name the tables unqualified, create them
+// there. PostgreSQL only: InSchema refuses a schema elsewhere.
+func UseSchema(ctx context.Context, conn *sql.Conn, schema string) error {
+	q := QuoteSchema(schema)
+	if _, err := conn.ExecContext(ctx, pgCreateSchema+q); err != nil {
+		return fmt.Errorf("creating schema %s: %w", q, err)
+	}
+	if _, err := conn.ExecContext(ctx, pgLocalPath+q); err != nil {
+		return fmt.Errorf("using schema %s: %w", q, err)
+	}
+	return nil
 }

@@ -1,6 +1,9 @@
 package dialect
 
-import "strings"
+import (
+	"reflect"
+	"strings"
+)
 
 // Statements are the SQL statements of the election protocol on one
 // database, ready to run: their markers are in the driver's form. Each
@@ -197,3 +200,53 @@ func onConflictUpdate(keys, cols []string) string {
 	}
 	return "ON CONFLICT (" + strings.Join(keys, ", ") + ") DO UPDATE SET " + strings.Join(set, ", ")
 }
+
+// VersionsTable records which schema versions package migrate applied.
+const VersionsTable = "election_schema_migrations"
+
+// MigrationStatements are package migrate's bookkeeping statements on one
+// database, ready to run (markers in the driver's form, tables in the
+// dialect's schema when it has one). The schema changes themselves are the
+// shipped SQL files.
+type MigrationStatements struct {
+	// CreateVersions creates VersionsTable if it does not exist; no
+	// parameters.
+	CreateVersions string
+	// Versions lists the versions recorded as applied; no parameters.
+	Versions string
+	// Recorded counts the rows of one version (0 or 1): version.
+	Recorded string
+	// Record records a version as applied: version, name.
+	Record string
+	// DropVersions drops VersionsTable if it exists; no parameters.
+	DropVersions string
+}
+
+// Migrations returns package migrate's bookkeeping statements on d.
+func Migrations(d Dialect) *MigrationStatements {
+	s := &MigrationStatements{
+		CreateVersions: "CREATE TABLE IF NOT EXISTS " + VersionsTable + " (version BIGINT NOT NULL PRIMARY KEY, name VARCHAR(191) NOT NULL)",
+		Versions:       "SELECT version FROM " + VersionsTable,
+		Recorded:       d.Rebind("SELECT COUNT(*) FROM " + VersionsTable + " WHERE version = ?"),
+		Record:         d.Rebind("INSERT INTO " + VersionsTable + " (version, name) VALUES (?, ?)"),
+		DropVersions:   "DROP TABLE IF EXISTS " + VersionsTable,
+	}
+	if schema := Schema(d); schema != "" {
+		qualifyAll(reflect.ValueOf(s).Elem(), QuoteSchema(schema))
+	}
+	return s
+}
+
+// Session settings of the migration connection on a Galera node: reads wait
+// until the node has applied every commit of the cluster, and back.
+const (
+	galeraSyncReads    = "SET SESSION wsrep_sync_wait = 1"
+	galeraDefaultReads = "SET SESSION wsrep_sync_wait = DEFAULT"
+)
+
+// PostgreSQL statements that put a migration's tables in a schema, given
+// the quoted name.
+const (
+	pgCreateSchema = "CREATE SCHEMA IF NOT EXISTS "
+	pgLocalPath    = "SET LOCAL search_path TO "
+)
