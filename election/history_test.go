@@ -29,6 +29,8 @@ func TestWithLabelRefused(t *testing.T) {
 		"newline":    "pod\n1",
 		"DEL":        "pod\x7f",
 		"tab":        "pod\t1",
+		"C1 NEL":     "pod\u00851",
+		"C1 CSI":     "pod\u009b[31m",
 		"long ASCII": strings.Repeat("a", election.MaxLabelLen+1),
 	} {
 		if _, err := election.New(db, election.WithLabel(label)); !errors.Is(err, election.ErrInvalidOption) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -62,7 +63,7 @@ func validLabel(label string) error {
 		return fmt.Errorf("%w: label is not valid UTF-8", ErrInvalidOption)
 	}
 	for _, r := range label {
-		if r < 0x20 || r == 0x7f {
+		if unicode.IsControl(r) {
 			return fmt.Errorf("%w: label contains the control character %U", ErrInvalidOption, r)
 		}
 	}

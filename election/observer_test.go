@@ -163,6 +163,7 @@ func TestErrorClass(t *testing.T) {
 		{nil, ""},
 		{fmt.Errorf("election: Elect: %w", ErrConflict), ClassConflict},
 		{ErrNotMigrated, ClassNotMigrated},
+		{fmt.Errorf("election: Elect: %w", ErrReadOnly), ClassReadOnly},
 		{fmt.Errorf("x: %w", ErrInvalidOption), ClassInvalid},
 		{ErrInvalidCandidate, ClassInvalid},
 		{fmt.Errorf("election: Elect: %w", context.DeadlineExceeded), ClassTimeout},
