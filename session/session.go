@@ -32,6 +32,11 @@ var ErrDSN = dialect.ErrDSN
 // answer. The message names the host and port (or file), never the password.
 var ErrUnreachable = errors.New("session: database unreachable")
 
+// ErrUnsupportedDriver is wrapped by the error of Wrap for a pool of a
+// driver other than pgx, go-sql-driver/mysql or mattn/go-sqlite3 (lib/pq
+// among them), and of WrapDialect for a lib/pq pool.
+var ErrUnsupportedDriver = dialect.ErrUnsupportedDriver
+
 // ErrNotTransaction is returned by FromTx for a nil transaction.
 var ErrNotTransaction = errors.New("session: not a transaction")
 
@@ -221,7 +226,9 @@ func (e *unreachable) Unwrap() []error { return []error{ErrUnreachable, e.err} }
 // connection, so handoffs stay immediate. For a wrapper that hides the
 // connection, name the database with WrapDialect.
 //
-// A lib/pq pool is refused with an error saying what to use instead: pgx's
+// A pool of any other driver is refused with an error wrapping
+// ErrUnsupportedDriver; a lib/pq pool (also behind a wrapper that exposes
+// its connections) with one that says what to use instead: pgx's
 // database/sql driver takes the same DSN. Elections rely on pgx's errors to
 // tell a conflict to retry from a failure, and on its connections to LISTEN
 // for handoffs; lib/pq is in maintenance mode.
@@ -242,7 +249,8 @@ func Wrap(sqlDB *sql.DB, opts ...gorm.Option) (*gorm.DB, error) {
 // wrapping driver that hides the driver's connection. name is "postgres",
 // "mysql" or "sqlite"; any other name is an error, and the pool is not
 // touched. The pool's connections must still be of the pgx,
-// go-sql-driver/mysql or mattn/go-sqlite3 driver underneath. On PostgreSQL,
+// go-sql-driver/mysql or mattn/go-sqlite3 driver underneath (a pool whose
+// driver shows itself as lib/pq's is refused, as by Wrap). On PostgreSQL,
 // when LISTEN cannot reach the pgx connection, the Electors log once
 // ("election: not listening for handoffs") and poll: a graceful handoff
 // then takes up to one interval.
@@ -252,6 +260,9 @@ func WrapDialect(sqlDB *sql.DB, name string, opts ...gorm.Option) (*gorm.DB, err
 	}
 	d, err := dialect.ByName(name)
 	if err != nil {
+		return nil, fmt.Errorf("session: WrapDialect: %w", err)
+	}
+	if err := dialect.RefuseLibPQ(dialect.UnwrapDriver(sqlDB.Driver())); err != nil {
 		return nil, fmt.Errorf("session: WrapDialect: %w", err)
 	}
 	return wrap(sqlDB, d, opts)

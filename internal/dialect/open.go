@@ -178,6 +178,11 @@ func looksLikeSQLiteFile(lower string) bool {
 	return false
 }
 
+// ErrUnsupportedDriver is wrapped by the errors of ForDriver (and so of
+// ForPool) for a driver that is not pgx, go-sql-driver/mysql or
+// mattn/go-sqlite3, lib/pq among them.
+var ErrUnsupportedDriver = errors.New("not supported")
+
 // ForDriver returns the dialect of a database/sql driver.
 func ForDriver(d driver.Driver) (Dialect, error) {
 	switch d.(type) {
@@ -188,10 +193,19 @@ func ForDriver(d driver.Driver) (Dialect, error) {
 	case *sqlite3.SQLiteDriver:
 		return sqlite{}, nil
 	}
-	if t := reflect.TypeOf(d); t != nil && t.Kind() == reflect.Pointer && t.Elem().PkgPath() == "github.com/lib/pq" {
-		return nil, fmt.Errorf("driver %T (lib/pq) is not supported: open the pool with pgx's database/sql driver instead "+
-			"(import _ \"github.com/jackc/pgx/v5/stdlib\"; sql.Open(\"pgx\", dsn), same DSN), or use session.Open(dsn); "+
-			"elections need pgx's errors to retry conflicts and its connections to LISTEN for handoffs", d)
+	if err := RefuseLibPQ(d); err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("driver %T is not supported (want pgx, go-sql-driver/mysql or mattn/go-sqlite3)", d)
+	return nil, fmt.Errorf("driver %T is %w (want pgx, go-sql-driver/mysql or mattn/go-sqlite3)", d, ErrUnsupportedDriver)
+}
+
+// RefuseLibPQ returns an error wrapping ErrUnsupportedDriver, saying what
+// to use instead, when d is lib/pq's driver; else nil.
+func RefuseLibPQ(d driver.Driver) error {
+	if t := reflect.TypeOf(d); t != nil && t.Kind() == reflect.Pointer && t.Elem().PkgPath() == "github.com/lib/pq" {
+		return fmt.Errorf("driver %T (lib/pq) is %w: open the pool with pgx's database/sql driver instead "+
+			"(import _ \"github.com/jackc/pgx/v5/stdlib\"; sql.Open(\"pgx\", dsn), same DSN), or use session.Open(dsn); "+
+			"elections need pgx's errors to retry conflicts and its connections to LISTEN for handoffs", d, ErrUnsupportedDriver)
+	}
+	return nil
 }
