@@ -16,10 +16,15 @@
 //
 //	GET  /            the page
 //	GET  /api/state   every namespace as JSON (see State)
-//	POST /api/resign  vacate a namespace's seat; only with WithResign
+//	POST /api/resign  end the term the page showed; only with WithResign
 //
 // The page is read-only unless WithResign is given. Resigning then takes a
-// same-origin POST carrying the page's CSRF token.
+// same-origin POST carrying the page's CSRF token, and nothing else: the
+// handler has no authentication of its own. Whoever can load the page can
+// vacate seats, so serve it only to trusted operators (on a loopback or
+// admin-only address, or behind your own authentication).
+//
+// Database errors are logged (WithLogger), never sent to the browser.
 package dashboard
 
 import (
@@ -33,6 +38,7 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"slices"
@@ -59,6 +65,7 @@ type config struct {
 	refresh    time.Duration
 	resign     bool
 	timeout    time.Duration
+	log        *slog.Logger
 }
 
 // WithSchema reads the tables of a PostgreSQL schema (see
@@ -104,11 +111,28 @@ func WithRefresh(d time.Duration) Option {
 }
 
 // WithResign shows a resign button on each led namespace and accepts POST
-// /api/resign, which vacates the seat as election.Election.VacateSeat does
-// (the history records the term as vacated). The request must come from
-// the page itself: the same origin, with the CSRF token the page carries.
+// /api/resign, which ends the term the page showed, as
+// election.Election.VacateLease does: if the seat has moved on since, it
+// changes nothing (the history records an ended term as vacated). The
+// request must come from the page itself: the same origin (Sec-Fetch-Site,
+// else Origin), with the CSRF token the page carries. That is all the
+// protection there is: the handler does not authenticate anyone, so a
+// dashboard with WithResign must be reachable only by trusted operators.
 func WithResign() Option {
 	return func(c *config) error { c.resign = true; return nil }
+}
+
+// WithLogger sets where the handler logs: the database errors it does not
+// show to the browser, and the seats vacated through it (default
+// slog.Default()).
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return errors.New("dashboard: WithLogger: nil logger")
+		}
+		c.log = l
+		return nil
+	}
 }
 
 // Handler is the dashboard's http.Handler.
@@ -128,7 +152,7 @@ type Handler struct {
 // New returns the dashboard of the elections in db. It checks the options
 // and the database's settings as election.New does.
 func New(db *gorm.DB, opts ...Option) (*Handler, error) {
-	c := config{history: 10, refresh: time.Second, timeout: 10 * time.Second}
+	c := config{history: 10, refresh: time.Second, timeout: 10 * time.Second, log: slog.Default()}
 	for _, o := range opts {
 		if o == nil {
 			return nil, errors.New("dashboard: nil Option")
@@ -192,7 +216,7 @@ func (h *Handler) election(ctx context.Context, ns string) (*election.Election, 
 	if base != nil {
 		e, err = base.ForNamespace(ns)
 	} else {
-		opts := []election.Option{election.WithNamespace(ns)}
+		opts := []election.Option{election.WithNamespace(ns), election.WithLogger(h.cfg.log)}
 		if h.cfg.schema != "" {
 			opts = append(opts, election.WithSchema(h.cfg.schema))
 		}
@@ -258,6 +282,11 @@ type Leader struct {
 	AcquiredAt       time.Time `json:"acquired_at"`
 	ExpiresAt        time.Time `json:"expires_at"`
 	LeaseRemainingMS int64     `json:"lease_remaining_ms"` // by the database clock
+	// LeaseWindowMS is the lease's full length as each renewal sets it: the
+	// leader's expiry window (its Election's WithExpire), read from its
+	// candidate row (expires_at minus last_heartbeat_at). Zero when the
+	// leader has no live candidate row.
+	LeaseWindowMS int64 `json:"lease_window_ms"`
 }
 
 // Candidate is a live candidate.
@@ -324,6 +353,9 @@ func (h *Handler) ReadState(ctx context.Context) (State, error) {
 				AcquiredAt: l.AcquiredAt.UTC(), ExpiresAt: l.ExpiresAt.UTC(), LeaseRemainingMS: max(l.ExpiresAt.Sub(now.Time), 0).Milliseconds()}
 		}
 		for _, c := range cands {
+			if c.Leader && n.Leader != nil && c.ID == n.Leader.ID {
+				n.Leader.LeaseWindowMS = max(c.ExpiresAt.Sub(c.LastHeartbeatAt), 0).Milliseconds()
+			}
 			n.Candidates = append(n.Candidates, Candidate{ID: c.ID, Hostname: c.Identity.Hostname, PID: c.Identity.PID, Label: c.Identity.Label,
 				Leader: c.Leader, LastHeartbeatAt: c.LastHeartbeatAt.UTC()})
 		}
@@ -344,10 +376,13 @@ func (h *Handler) ReadState(ctx context.Context) (State, error) {
 func (h *Handler) serveState(w http.ResponseWriter, r *http.Request) {
 	st, err := h.ReadState(r.Context())
 	if err != nil {
-		msg := "reading the elections failed: " + err.Error()
+		// The error's text may name tables, hosts or users: it goes to the
+		// log, and the browser gets what it can act on.
+		msg := "reading the elections failed (the server's log says why)"
 		if errors.Is(err, election.ErrNotMigrated) {
 			msg = "the election tables are missing: run `sqlelect migrate up`"
 		}
+		h.cfg.log.Error("dashboard: reading the elections", "err", err)
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": msg})
 		return
 	}
@@ -361,9 +396,12 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// serveResign vacates a seat: enabled by WithResign, from the same origin,
+// serveResign ends a term: enabled by WithResign, from the same origin,
 // with the page's CSRF token in X-CSRF-Token, and a JSON body
-// {"namespace": "..."}.
+// {"namespace": "...", "leader": "<uuid>", "term": N} naming the lease the
+// page showed. It answers 200 with {"namespace", "vacated": true, "leader",
+// "term"}, 409 when the seat has moved on (nothing changed), 400 for a bad
+// request, 403 when refused, 503 when the database failed.
 func (h *Handler) serveResign(w http.ResponseWriter, r *http.Request) {
 	if !h.cfg.resign {
 		writeJSON(w, http.StatusForbidden, map[string]string{"error": "resigning is not enabled"})
@@ -378,29 +416,42 @@ func (h *Handler) serveResign(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var body struct {
-		Namespace string `json:"namespace"`
+		Namespace string    `json:"namespace"`
+		Leader    uuid.UUID `json:"leader"`
+		Term      int64     `json:"term"`
 	}
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&body); err != nil || body.Namespace == "" {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": `want {"namespace": "..."}`})
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&body); err != nil ||
+		body.Namespace == "" || body.Leader == uuid.Nil || body.Term <= 0 {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": `want {"namespace": "...", "leader": "<uuid>", "term": N}`})
 		return
 	}
 	e, err := h.election(r.Context(), body.Namespace)
+	if errors.Is(err, election.ErrInvalidNamespace) {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "invalid namespace"})
+		return
+	}
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		h.cfg.log.Error("dashboard: resign", "namespace", body.Namespace, "err", err)
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "vacating failed (the server's log says why)"})
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.timeout)
 	defer cancel()
-	l, err := e.VacateSeat(ctx)
-	if err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "vacating failed"})
+	want := election.Lease{Namespace: body.Namespace, Leader: body.Leader, Term: body.Term}
+	l, err := e.VacateLease(ctx, want)
+	if errors.Is(err, election.ErrNotLeader) {
+		writeJSON(w, http.StatusConflict, map[string]any{"namespace": body.Namespace, "vacated": false,
+			"error": fmt.Sprintf("the seat moved on: term %d is over; nothing changed", body.Term)})
 		return
 	}
-	out := map[string]any{"namespace": body.Namespace, "vacated": !l.Vacant()}
-	if !l.Vacant() {
-		out["leader"], out["term"] = l.Leader, l.Term
+	if err != nil {
+		h.cfg.log.Error("dashboard: resign", "namespace", body.Namespace, "term", body.Term, "err", err)
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "vacating failed (the server's log says why)"})
+		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	h.cfg.log.Info("dashboard: seat vacated by an operator", "namespace", body.Namespace, "leader", l.Leader, "term", l.Term,
+		"remote", r.RemoteAddr)
+	writeJSON(w, http.StatusOK, map[string]any{"namespace": body.Namespace, "vacated": true, "leader": l.Leader, "term": l.Term})
 }
 
 // sameOrigin reports whether r comes from a page of this host: the browser's

@@ -57,8 +57,10 @@
         const bar = el("div", "bar");
         const fill = el("span");
         bar.appendChild(fill);
-        const total = Math.max(1, Date.parse(l.expires_at) - Date.parse(st.now) + 0);
-        countdowns.push({ el: cd, bar: fill, endsAt: fetched + l.lease_remaining_ms, total: Math.max(total, l.lease_remaining_ms) });
+        // The bar is the lease's full window (the leader's expiry), so it
+        // shows how much of it is left, not a fraction of the last reading.
+        const total = Math.max(1, l.lease_window_ms || 0, l.lease_remaining_ms);
+        countdowns.push({ el: cd, bar: fill, endsAt: fetched + l.lease_remaining_ms, total: total });
         card.appendChild(lead);
         card.appendChild(bar);
         if (st.resign) {
@@ -111,14 +113,24 @@
       const r = await fetch("api/resign", {
         method: "POST",
         headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf },
-        body: JSON.stringify({ namespace: ns }),
+        // The term shown: if the seat has moved on, nothing changes (409).
+        body: JSON.stringify({ namespace: ns, leader: l.id, term: l.term }),
       });
       const out = await r.json();
-      status.textContent = r.ok ? "vacated " + ns : "resign failed: " + (out.error || r.status);
+      note(r.ok ? "vacated " + ns + ", term " + l.term : "not vacated: " + (out.error || r.status));
     } catch (e) {
-      status.textContent = "resign failed: " + e;
+      note("resign failed: " + e);
     }
     poll();
+  }
+
+  // A resign's outcome stays in the status line for a few seconds.
+  let notice = "";
+  let noticeUntil = 0;
+  function note(text) {
+    notice = text;
+    noticeUntil = Date.now() + 5000;
+    status.textContent = text;
   }
 
   let timer = null;
@@ -130,7 +142,8 @@
       if (!r.ok) throw new Error(st.error || r.status);
       render(st);
       status.classList.remove("error");
-      status.textContent = st.namespaces.length + " namespaces · updated " + new Date().toLocaleTimeString();
+      const line = st.namespaces.length + " namespaces · updated " + new Date().toLocaleTimeString();
+      status.textContent = Date.now() < noticeUntil ? notice + " · " + line : line;
     } catch (e) {
       status.classList.add("error");
       status.textContent = "cannot read the elections: " + e.message;
