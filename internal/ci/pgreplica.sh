@@ -13,9 +13,22 @@
 #                                         it accepts TCP connections and never answers
 #   internal/ci/pgreplica.sh resume       SIGCONT to the frozen primary
 #   internal/ci/pgreplica.sh kill         kills the primary at once (SIGKILL), as a crash would
+#   internal/ci/pgreplica.sh stop-primary stops the primary (fast shutdown), as an operator would
 #   internal/ci/pgreplica.sh sync on|off  synchronous replication to the replica (synchronous_standby_names)
-#   internal/ci/pgreplica.sh readonly on|off        default_transaction_read_only on the primary
-#   internal/ci/pgreplica.sh maria-readonly on|off  read_only on the MariaDB
+#   internal/ci/pgreplica.sh readonly on|off|reset  the primary's database test read-only and back:
+#                                         on: every session, open or new, is read-only
+#                                         (default_transaction_read_only for the database, and
+#                                         server-wide with a reload, which reaches open sessions);
+#                                         off: new sessions are writable, open ones stay read-only
+#                                         (no reload), as after a switch back they did in the field;
+#                                         reset: every setting back to the server's default, reloaded
+#   internal/ci/pgreplica.sh maria-readonly on|off|reset  the MariaDB read-only and back:
+#                                         on: read_only, tx_read_only for new sessions, and the
+#                                         app user's connections killed, so that every session it
+#                                         opens from then on is read-only;
+#                                         off: both off; sessions opened while on stay read-only
+#                                         (a session's tx_read_only is taken at connect);
+#                                         reset: the same as off
 #   internal/ci/pgreplica.sh env          prints the environment the tests read
 #   internal/ci/pgreplica.sh ci           start, run the tests, stop (even on failure)
 #
@@ -41,7 +54,10 @@ as_pg() {
 
 pg_pid() { [ -s "$1/postmaster.pid" ] && head -n 1 "$1/postmaster.pid"; }
 alive() { local pid=$1 state; kill -0 "$pid" 2>/dev/null || return 1; state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null || echo ""); [ "$state" != Z ]; }
-psql_at() { local port=$1; shift; as_pg "$pg_bin/psql" -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 "$@"; }
+# psql_at PORT ARGS: psql on database postgres, in a session that can write
+# whatever default_transaction_read_only the server has (readonly on).
+psql_at() { local port=$1; shift; as_pg "$pg_bin/psql" -X -q -h 127.0.0.1 -p "$port" -U postgres -v ON_ERROR_STOP=1 \
+  -d "dbname=postgres options='-c default_transaction_read_only=off'" "$@"; }
 
 pg_start() {
   local data=$1 port=$2
@@ -199,16 +215,34 @@ case "${1:-}" in
   hang) pg_group "$primary" | xargs -r kill -STOP; echo "primary frozen" ;;
   resume) pg_group "$primary" | xargs -r kill -CONT; echo "primary resumed" ;;
   kill) pg_group "$primary" | xargs -r kill -9 2>/dev/null || true; echo "primary killed" ;;
+  stop-primary) pg_stop "$primary"; echo "primary stopped" ;;
   sync)
     if [ "$(on_off "${2:-}")" = on ]; then names="'*'"; else names="''"; fi
     psql_at "$pport" -c "ALTER SYSTEM SET synchronous_standby_names = $names" -c "SELECT pg_reload_conf()" >/dev/null
     echo "synchronous_standby_names = $names" ;;
   readonly)
-    psql_at "$pport" -c "ALTER SYSTEM SET default_transaction_read_only = $(on_off "${2:-}")" -c "SELECT pg_reload_conf()" >/dev/null
-    echo "primary default_transaction_read_only = $2" ;;
+    case "${2:-}" in
+      on) psql_at "$pport" -c "ALTER DATABASE test SET default_transaction_read_only = on" \
+            -c "ALTER SYSTEM SET default_transaction_read_only = on" -c "SELECT pg_reload_conf()" >/dev/null
+          echo "primary database test read-only, open sessions included" ;;
+      off) psql_at "$pport" -c "ALTER DATABASE test SET default_transaction_read_only = off" >/dev/null
+          echo "primary database test writable for new sessions; open sessions stay read-only" ;;
+      reset) psql_at "$pport" -c "ALTER DATABASE test RESET default_transaction_read_only" \
+            -c "ALTER SYSTEM RESET default_transaction_read_only" -c "SELECT pg_reload_conf()" >/dev/null
+          echo "primary default_transaction_read_only reset" ;;
+      *) echo "want on, off or reset" >&2; exit 2 ;;
+    esac ;;
   maria-readonly)
-    mysql_root -e "SET GLOBAL read_only = $(on_off "${2:-}")"
-    echo "mariadb read_only = $2" ;;
+    case "${2:-}" in
+      on) mysql_root -e "SET GLOBAL tx_read_only = ON; SET GLOBAL read_only = ON"
+          for id in $(mysql_root -N -e "SELECT id FROM information_schema.processlist WHERE user = 'app'"); do
+            mysql_root -e "KILL CONNECTION $id" 2>/dev/null || true
+          done
+          echo "mariadb read_only and tx_read_only on, the app user's connections killed" ;;
+      off|reset) mysql_root -e "SET GLOBAL read_only = OFF; SET GLOBAL tx_read_only = OFF"
+          echo "mariadb read_only and tx_read_only off; sessions opened while on stay read-only" ;;
+      *) echo "want on, off or reset" >&2; exit 2 ;;
+    esac ;;
   env) print_env ;;
   ci)
     trap stop_all EXIT
@@ -217,5 +251,5 @@ case "${1:-}" in
     eval "$(print_env | sed 's/^/export /')"
     cd "$(dirname "$0")/../.."
     go test -race -count=1 -timeout 10m -v ./internal/replicatest/ ;;
-  *) echo "usage: $0 start|stop|reset|promote|hang|resume|kill|sync on|off|readonly on|off|maria-readonly on|off|env|ci" >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop|reset|promote|hang|resume|kill|stop-primary|sync on|off|readonly on|off|reset|maria-readonly on|off|reset|env|ci" >&2; exit 2 ;;
 esac

@@ -3,6 +3,7 @@ package dialect
 import (
 	"context"
 	"database/sql/driver"
+	"sync/atomic"
 	"time"
 )
 
@@ -13,7 +14,7 @@ import (
 // or a switch back to read-write has made its address (or another of the
 // DSN's hosts) writable again; a new connection reaches the writable server.
 func Discard(d Dialect, err error) bool {
-	if err == nil {
+	if err == nil || discardOff.Load() {
 		return false
 	}
 	switch d.Classify(err) {
@@ -21,6 +22,20 @@ func Discard(d Dialect, err error) bool {
 		return true
 	}
 	return false
+}
+
+// discardOff is set by DisableDiscard.
+var discardOff atomic.Bool
+
+// DisableDiscard makes Discard report false for every error, in every
+// pool, until restore is called: pools then reuse connections that
+// answered read-only, as database/sql does by default. It is a test hook,
+// for the negative controls of the tests that prove the discarding (a
+// failover test that passes with it set proves nothing about the
+// discarding); nothing else calls it.
+func DisableDiscard() (restore func()) {
+	discardOff.Store(true)
+	return func() { discardOff.Store(false) }
 }
 
 type connectTimeoutKey struct{}

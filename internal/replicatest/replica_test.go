@@ -20,6 +20,7 @@ import (
 
 	"github.com/sqlelect/sqlelect/election"
 	"github.com/sqlelect/sqlelect/electiontest"
+	"github.com/sqlelect/sqlelect/internal/dialect"
 	"github.com/sqlelect/sqlelect/migrate"
 	"github.com/sqlelect/sqlelect/session"
 )
@@ -309,6 +310,24 @@ func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) tim
 	return time.Since(start)
 }
 
+// synchronous waits until the primary db replicates synchronously
+// to the replica (pg_stat_replication.sync_state = 'sync': a commit returns
+// only once the replica has it), failing the test after 10 s. After
+// "pgreplica.sh sync on" the state changes once the WAL sender has read the
+// reloaded configuration.
+func synchronous(t *testing.T, db *gorm.DB) {
+	t.Helper()
+	var last []string
+	waitUntil(t, 10*time.Second, "synchronous replication (pg_stat_replication.sync_state = 'sync')", func() bool {
+		last = nil
+		if err := db.Raw("SELECT sync_state FROM pg_stat_replication").Scan(&last).Error; err != nil {
+			t.Fatalf("pg_stat_replication: %v", err)
+		}
+		return len(last) == 1 && last[0] == "sync"
+	})
+	t.Logf("pg_stat_replication.sync_state: %v", last)
+}
+
 // syncLog is a slog handler's output, safe for concurrent use.
 type syncLog struct {
 	mu  sync.Mutex
@@ -379,59 +398,94 @@ func TestStandbyReadOnly(t *testing.T) {
 	}
 }
 
-// TestPostgresReadOnlyAndBack: the primary switched to
-// default_transaction_read_only (as an operator or a failover tool does)
-// and back. The leader steps down before its lease ends; once the server
-// is writable again a candidate leads soon after, on new connections
-// (nobody terminates the read-only sessions). One leader at a time.
-func TestPostgresReadOnlyAndBack(t *testing.T) {
-	dsn := env(t, envPrimary)
-	t.Cleanup(func() { ctl(t, "readonly", "off") })
+// readOnlyAndBack switches the server read-only (ctl ARG on) under a group
+// of Electors and back (ctl ARG off), in a way that leaves the sessions
+// pooled while it was read-only still read-only afterwards, as they were
+// in the field: only connections opened after the switch back can write.
+//
+// The leader steps down before its lease ends. With the pool discarding
+// connections that answered read-only (discard), a candidate leads soon
+// after the switch back, on new connections, and a fenced write commits.
+// Without it (the negative control, dialect.DisableDiscard), no candidate
+// leads within that bound: the pooled sessions keep refusing, which shows
+// that the first case passes because of the discarding and not because the
+// server made the old sessions writable again. Turning the discarding back
+// on then brings a leader on the same pools. One leader at a time.
+func readOnlyAndBack(t *testing.T, dsn, arg string, discard bool) {
+	t.Cleanup(func() { ctl(t, arg, "reset") })
+	ctl(t, arg, "reset")
+	var restore func()
+	if !discard {
+		restore = dialect.DisableDiscard()
+		t.Cleanup(restore)
+	}
 	g := startGroup(t, dsn, 3)
 	first := g.next(time.Time{})
 	t.Logf("leader %s, term %d", first.name, first.term)
 	time.Sleep(interval)
 
-	ctl(t, "readonly", "on")
+	ctl(t, arg, "on")
 	down := waitUntil(t, 2*expire, "the leader stepping down", func() bool { return !g.leading() })
 	t.Logf("read-only: the leader stepped down %v after the switch (trust window %v)", down, expire-expire/5)
-	time.Sleep(2 * interval) // rounds fail read-only on the pooled sessions
+	time.Sleep(2 * interval) // rounds fail read-only, and open sessions read-only
 
-	ctl(t, "readonly", "off")
+	ctl(t, arg, "off")
 	back := time.Now()
-	l := g.next(back)
-	t.Logf("read-write again: %s leads in term %d, %v after the switch back", l.name, l.term, l.at.Sub(back))
-	if l.at.Sub(back) > expire+2*interval {
-		t.Errorf("a leader %v after the switch back, want within the lease and a round (%v)", l.at.Sub(back), expire+2*interval)
+	bound := expire + 2*interval
+	if discard {
+		l := g.next(back)
+		t.Logf("read-write again: %s leads in term %d, %v after the switch back", l.name, l.term, l.at.Sub(back))
+		if l.at.Sub(back) > bound {
+			t.Errorf("a leader %v after the switch back, want within the lease and a round (%v)", l.at.Sub(back), bound)
+		}
+	} else {
+		// Nothing signals that a leader will never come: wait out the
+		// bound the case with the discarding keeps, and a margin.
+		select {
+		case l := <-g.leads:
+			t.Fatalf("without the discarding, %s led in term %d %v after the switch back: the pooled sessions did not stay read-only, and the test proves nothing about the discarding",
+				l.name, l.term, l.at.Sub(back))
+		case <-time.After(bound + 2*time.Second):
+			t.Logf("without the discarding, no leader %v after the switch back: the pooled sessions stay read-only", bound+2*time.Second)
+		}
+		g.mu.Lock()
+		wrote := g.lastWrite.After(back)
+		g.mu.Unlock()
+		if wrote {
+			t.Fatal("without the discarding, a fenced write committed after the switch back")
+		}
+		on := time.Now()
+		restore()
+		l := g.next(on)
+		t.Logf("discarding on again: %s leads in term %d, %v later", l.name, l.term, l.at.Sub(on))
+		back = on
 	}
 	waitUntil(t, 5*time.Second, "a fenced write after the switch back", func() bool { return g.writtenSince(back) })
 	g.check(open(t, dsn))
 }
 
+// TestPostgresReadOnlyAndBack: the primary's database switched to
+// default_transaction_read_only and back (readOnlyAndBack). Sessions keep
+// the setting they started with, and sessions open when it was switched on
+// by a configuration reload keep it too: after the switch back only new
+// connections can write.
+func TestPostgresReadOnlyAndBack(t *testing.T) {
+	dsn := env(t, envPrimary)
+	t.Run("discard", func(t *testing.T) { readOnlyAndBack(t, dsn, "readonly", true) })
+	t.Run("negative control: no discard", func(t *testing.T) { readOnlyAndBack(t, dsn, "readonly", false) })
+}
+
 // TestMariaDBReadOnlyAndBack: the same with MariaDB's read_only, seen by a
-// user without SUPER (READ ONLY ADMIN), which read_only binds.
+// user without SUPER (READ ONLY ADMIN), which read_only binds, and
+// tx_read_only, which a session takes when it connects: the user's
+// connections are killed when the server goes read-only, so that every
+// session it opens until the switch back stays read-only after it
+// (read_only alone applies to every session at once, both ways, and needs
+// no discarding).
 func TestMariaDBReadOnlyAndBack(t *testing.T) {
 	dsn := env(t, envMariaDB)
-	t.Cleanup(func() { ctl(t, "maria-readonly", "off") })
-	g := startGroup(t, dsn, 3)
-	first := g.next(time.Time{})
-	t.Logf("leader %s, term %d", first.name, first.term)
-	time.Sleep(interval)
-
-	ctl(t, "maria-readonly", "on")
-	down := waitUntil(t, 2*expire, "the leader stepping down", func() bool { return !g.leading() })
-	t.Logf("read_only: the leader stepped down %v after the switch", down)
-	time.Sleep(2 * interval)
-
-	ctl(t, "maria-readonly", "off")
-	back := time.Now()
-	l := g.next(back)
-	t.Logf("read_only off: %s leads in term %d, %v after the switch back", l.name, l.term, l.at.Sub(back))
-	if l.at.Sub(back) > expire+2*interval {
-		t.Errorf("a leader %v after the switch back, want within the lease and a round (%v)", l.at.Sub(back), expire+2*interval)
-	}
-	waitUntil(t, 5*time.Second, "a fenced write after the switch back", func() bool { return g.writtenSince(back) })
-	g.check(open(t, dsn))
+	t.Run("discard", func(t *testing.T) { readOnlyAndBack(t, dsn, "maria-readonly", true) })
+	t.Run("negative control: no discard", func(t *testing.T) { readOnlyAndBack(t, dsn, "maria-readonly", false) })
 }
 
 // TestHungPrimaryFailover: Electors on a multi-host DSN with
@@ -443,6 +497,7 @@ func TestHungPrimaryFailover(t *testing.T) {
 	dsn := env(t, envReplica)
 	t.Cleanup(func() { ctl(t, "reset") }) // last: after the pools are closed
 	ctl(t, "sync", "on")
+	synchronous(t, open(t, env(t, envPrimary)))
 	g := startGroup(t, dsn, 3)
 	first := g.next(time.Time{})
 	t.Logf("leader %s, term %d", first.name, first.term)
@@ -484,6 +539,7 @@ func TestSyncReplicaKeepsTerm(t *testing.T) {
 	t.Cleanup(func() { ctl(t, "reset") })
 	ctl(t, "sync", "on")
 	db := migrated(t, primary)
+	synchronous(t, db)
 	ns := "replicatest.sync." + uuid.NewString()[:8]
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -502,6 +558,12 @@ func TestSyncReplicaKeepsTerm(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+	}
+	// Still synchronous when the last term was granted: a replica that lost
+	// it would prove nothing about synchronous replication.
+	var states []string
+	if err := db.Raw("SELECT sync_state FROM pg_stat_replication").Scan(&states).Error; err != nil || len(states) != 1 || states[0] != "sync" {
+		t.Fatalf("pg_stat_replication.sync_state before the failover: %v, %v; want [sync]", states, err)
 	}
 	ctl(t, "kill") // at once after the commit returned
 	ctl(t, "promote")
@@ -525,4 +587,45 @@ func TestSyncReplicaKeepsTerm(t *testing.T) {
 		t.Fatalf("another candidate's Elect on the promoted replica: %+v, want term %d still held by %v", other, lease.Term, a)
 	}
 	t.Logf("term %d survived the failover", got.Term)
+}
+
+// TestPrimaryDownFailover: Electors on a multi-host DSN with
+// target_session_attrs=read-write; the primary stops (a fast shutdown: its
+// sessions get 57P01, then connections are refused) or crashes (SIGKILL:
+// connections reset, then refused), and the replica, replicating
+// synchronously, is promoted at once. Leader work resumes on the new
+// primary (a fenced write commits) within the old lease and a round of the
+// promotion, whether the leader kept its term there or a new term began,
+// and no two terms overlap.
+func TestPrimaryDownFailover(t *testing.T) {
+	for _, c := range []struct{ name, cmd string }{{"stopped", "stop-primary"}, {"crashed", "kill"}} {
+		t.Run(c.name, func(t *testing.T) {
+			dsn := env(t, envReplica)
+			t.Cleanup(func() { ctl(t, "reset") }) // last: after the pools are closed
+			ctl(t, "sync", "on")
+			synchronous(t, open(t, env(t, envPrimary)))
+			g := startGroup(t, dsn, 3)
+			first := g.next(time.Time{})
+			t.Logf("leader %s, term %d", first.name, first.term)
+			time.Sleep(2 * interval)
+
+			ctl(t, c.cmd)
+			down := time.Now()
+			ctl(t, "promote")
+			promoted := time.Now()
+			t.Logf("primary %s; replica promoted %v later", c.name, promoted.Sub(down))
+			w := waitUntil(t, 30*time.Second, "a fenced write on the new primary", func() bool { return g.writtenSince(promoted) })
+			t.Logf("first fenced write on the new primary %v after the promotion (%v after the primary went down)", w, w+promoted.Sub(down))
+			if limit := expire + 2*interval; w > limit {
+				t.Errorf("leader work resumed %v after the promotion, want within the lease and a round (%v)", w, limit)
+			}
+			select {
+			case l := <-g.leads:
+				t.Logf("%s leads in term %d, %v after the promotion", l.name, l.term, l.at.Sub(promoted))
+			default:
+				t.Logf("the leader kept term %d across the failover", first.term)
+			}
+			g.check(open(t, env(t, envStandby)))
+		})
+	}
 }
