@@ -13,6 +13,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/sqlelect/sqlelect/election"
+	"github.com/sqlelect/sqlelect/internal/dialect"
 	"github.com/sqlelect/sqlelect/internal/testdb"
 	"github.com/sqlelect/sqlelect/migrate"
 )
@@ -29,17 +30,36 @@ func galeraNodes(t *testing.T) []*gorm.DB {
 	return dbs
 }
 
-// TestGaleraGuardFences: a leader guards a transaction on one node; while
-// it is open, an operator vacates the seat and another candidate takes it
-// on a second node, behind a large transaction that keeps the first node
-// applying (replication lag). The old leader's write in the guarded
-// transaction must not commit: Guard wrote the seat row, so certification
-// (or the applier, if it got there first) aborts the transaction. With only
-// a shared lock, which is the node's own, the stale write committed after
-// the new term began.
-func TestGaleraGuardFences(t *testing.T) {
-	dbs := galeraNodes(t)
-	a, b := dbs[0], dbs[1]
+// The stale-write probe: how many attempts must run while the old leader's
+// node lags behind the new term, and how many attempts it may take to get
+// them.
+const (
+	probeLagged   = 4
+	probeAttempts = 12
+)
+
+// probe is what one run of staleWriteProbe saw.
+type probe struct {
+	attempts  int // attempts made
+	lagged    int // attempts whose write and commit ran while the old leader's node showed the old term
+	committed int // stale writes that committed, under lag or not
+}
+
+// staleWriteProbe guards a transaction as the leader on node a; while it is
+// open, an operator vacates the seat and another candidate takes it on node
+// b, behind a large transaction that keeps node a applying (replication
+// lag). The old leader then writes in its guarded transaction and commits.
+// An attempt counts as lagged when the write succeeded and node a, read
+// outside the transaction without waiting for the cluster, still showed
+// the old term after it: the write ran before node a applied the new term,
+// so nothing on node a stopped it, and only the fence (certification of
+// the seat row the guarded transaction wrote, against the new term's
+// write) can stop its commit. (The commit itself waits for its turn in the
+// cluster's order, after the new term, so node a shows the new term once
+// it returns.) It runs until probeLagged attempts were lagged, or
+// probeAttempts were made.
+func staleWriteProbe(t *testing.T, a, b *gorm.DB) probe {
+	t.Helper()
 	ctx := testCtx(t)
 	must(t, "probe table", a.Exec("CREATE TABLE IF NOT EXISTS galera_fence_probe (id BIGINT AUTO_INCREMENT PRIMARY KEY, namespace VARCHAR(191) NOT NULL, term BIGINT NOT NULL)").Error)
 	must(t, "ballast table", a.Exec("CREATE TABLE IF NOT EXISTS galera_ballast (id BIGINT AUTO_INCREMENT PRIMARY KEY, pad VARCHAR(255) NOT NULL)").Error)
@@ -47,10 +67,23 @@ func TestGaleraGuardFences(t *testing.T) {
 		a.Exec("DROP TABLE IF EXISTS galera_fence_probe")
 		a.Exec("DROP TABLE IF EXISTS galera_ballast")
 	})
-
-	const attempts = 8
-	lagged := 0
-	for i := range attempts {
+	// One applier thread on the old leader's node: it applies the new term
+	// only after the whole ballast, instead of taking the seat row's lock
+	// at once in a second thread (which aborts the guarded transaction
+	// whether it is fenced or not, and tests nothing).
+	var threads int
+	must(t, "wsrep_slave_threads", a.Raw("SELECT @@GLOBAL.wsrep_slave_threads").Scan(&threads).Error)
+	must(t, "one applier thread", a.Exec("SET GLOBAL wsrep_slave_threads = 1").Error)
+	t.Cleanup(func() { a.Exec("SET GLOBAL wsrep_slave_threads = ?", threads) })
+	term := func(db *gorm.DB, ns string) int64 {
+		var seen int64
+		must(t, "reading the seat", db.Raw("SELECT term FROM election_leaders WHERE namespace = ?", ns).Scan(&seen).Error)
+		return seen
+	}
+	var p probe
+	for p.lagged < probeLagged && p.attempts < probeAttempts {
+		i := p.attempts
+		p.attempts++
 		ns := testdb.Namespace(t)
 		ea := mustElection(t, a, ns, election.WithExpire(5*time.Second))
 		eb := mustElection(t, b, ns, election.WithExpire(5*time.Second))
@@ -74,35 +107,68 @@ func TestGaleraGuardFences(t *testing.T) {
 			tx.Rollback()
 			t.Fatalf("the takeover on the second node: %+v, %v", newLease, err)
 		}
-		// What the first node shows now, outside the transaction, without
-		// waiting for the cluster: the old term means it lags.
-		var seen int64
-		a.Raw("SELECT term FROM election_leaders WHERE namespace = ?", ns).Scan(&seen)
-		if seen < newLease.Term {
-			lagged++
-		}
-
 		errWrite := tx.Exec("INSERT INTO galera_fence_probe (namespace, term) VALUES (?, ?)", ns, lease.Term).Error
+		// Between the write and its commit: the commit waits for its turn
+		// in the cluster's order, after the new term, so only this read
+		// can tell whether the write ran under lag.
+		seen := term(a, ns)
+		lagged := errWrite == nil && seen < newLease.Term
+		if lagged {
+			p.lagged++
+		}
 		errCommit := errWrite
 		if errWrite == nil {
 			errCommit = tx.Commit().Error
 		} else {
 			tx.Rollback()
 		}
-		if errCommit == nil {
-			t.Errorf("attempt %d: the write of term %d committed after term %d began on another node", i, lease.Term, newLease.Term)
-		}
+
 		var n int64
 		must(t, "sync wait", b.Exec("SET SESSION wsrep_sync_wait = 1").Error)
 		must(t, "count", b.Raw("SELECT COUNT(*) FROM galera_fence_probe WHERE namespace = ?", ns).Scan(&n).Error)
 		b.Exec("SET SESSION wsrep_sync_wait = DEFAULT")
-		if n != 0 {
-			t.Errorf("attempt %d: %d stale write(s) of term %d in the table", i, n, lease.Term)
+		if (errCommit == nil) != (n == 1) || n > 1 {
+			t.Errorf("attempt %d: the commit returned %v, and the table holds %d write(s) of term %d", i, errCommit, n, lease.Term)
 		}
-		t.Logf("attempt %d: first node showed term %d when the old leader wrote (new term %d); the write failed with: %v", i, seen, newLease.Term, errCommit)
+		if errCommit == nil {
+			p.committed++
+		}
+		t.Logf("attempt %d: the first node showed term %d when the old leader had written (new term %d, lagged: %v); the commit: %v",
+			i, seen, newLease.Term, lagged, errCommit)
 		must(t, "truncate", a.Exec("TRUNCATE TABLE galera_ballast").Error)
 	}
-	t.Logf("%d of %d attempts ran while the old leader's node lagged behind the new term", lagged, attempts)
+	t.Logf("%d of %d attempts ran while the old leader's node lagged behind the new term; %d stale write(s) committed", p.lagged, p.attempts, p.committed)
+	if p.lagged < probeLagged {
+		t.Fatalf("only %d of %d attempts ran under replication lag, want %d: the probe did not put the fence to the test", p.lagged, p.attempts, probeLagged)
+	}
+	return p
+}
+
+// TestGaleraGuardFences: the stale-write probe (staleWriteProbe) on a
+// Galera cluster: no write of the old term commits, under replication lag
+// or not. Guard wrote the seat row in the guarded transaction, so
+// certification (or the applier, if it got there first) aborts it.
+func TestGaleraGuardFences(t *testing.T) {
+	dbs := galeraNodes(t)
+	p := staleWriteProbe(t, dbs[0], dbs[1])
+	if p.committed != 0 {
+		t.Errorf("%d of %d writes of an old term committed after the new term began on another node", p.committed, p.attempts)
+	}
+}
+
+// TestGaleraGuardFencesNegativeControl: the same probe with the fence
+// disabled (dialect.DisableFence): Guard holds only its shared lock, which
+// is the node's own, and at least one write of the old term commits after
+// the new term began on another node. It shows that the probe can see a
+// stale write, so that TestGaleraGuardFences passes because of the fence.
+func TestGaleraGuardFencesNegativeControl(t *testing.T) {
+	dbs := galeraNodes(t)
+	restore := dialect.DisableFence()
+	defer restore()
+	p := staleWriteProbe(t, dbs[0], dbs[1])
+	if p.committed == 0 {
+		t.Errorf("without the fence, none of %d writes of an old term committed (%d under lag): the probe cannot tell a fenced Guard from an unfenced one", p.attempts, p.lagged)
+	}
 }
 
 // waitLeaderOn waits until e's node shows lease as the seat's holder.

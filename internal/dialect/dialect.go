@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -127,12 +128,28 @@ func Detect(ctx context.Context, db *gorm.DB, d Dialect) (Dialect, error) {
 // elsewhere. The row is written only if the candidate holds it in the term;
 // the caller reads the seat afterwards to tell.
 func Fence(ctx context.Context, d Dialect, conn gorm.ConnPool, ns string, id uuid.UUID, term int64) error {
+	if fenceOff.Load() {
+		return nil
+	}
 	if f, ok := d.(interface {
 		fence(context.Context, gorm.ConnPool, string, uuid.UUID, int64) error
 	}); ok {
 		return f.fence(ctx, conn, ns, id, term)
 	}
 	return nil
+}
+
+// fenceOff is set by DisableFence.
+var fenceOff atomic.Bool
+
+// DisableFence makes Fence do nothing, on every database, until restore is
+// called: a guarded transaction on a Galera node then holds only its
+// node-local shared lock. It is a test hook, for the negative control of
+// the test that proves the fence (a stale write that the fence stops must
+// commit without it under the same conditions); nothing else calls it.
+func DisableFence() (restore func()) {
+	fenceOff.Store(true)
+	return func() { fenceOff.Store(false) }
 }
 
 // MigrationRace reports whether err, from a migration step, may come from
