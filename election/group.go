@@ -1,6 +1,7 @@
 package election
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -23,7 +24,7 @@ import (
 var ErrGroupStarted = errors.New("election: Group.Run already called")
 
 // ErrUnknownNamespace is returned by Group.Leave for a namespace the Group
-// has not joined.
+// has not joined, or is already leaving.
 var ErrUnknownNamespace = errors.New("election: namespace not joined")
 
 // GroupConfig configures a Group. Interval, SafetyMargin and
@@ -31,8 +32,10 @@ var ErrUnknownNamespace = errors.New("election: namespace not joined")
 // defaults and rules, for every namespace of the Group.
 type GroupConfig struct {
 	// Namespaces are the namespaces the candidate joins when the Group is
-	// made: at least one, each valid (see WithNamespace), none twice.
-	// Join and Leave change the set while the Group runs.
+	// made: at least one, each valid (see WithNamespace), none twice, and
+	// no more than the database's batch statements can carry (4,095 on
+	// SQLite, 8,191 on MySQL and MariaDB, 32,765 on PostgreSQL). Join and
+	// Leave change the set while the Group runs.
 	Namespaces []string
 
 	// Interval is the time between rounds. Default Expire()/3; at most
@@ -43,19 +46,26 @@ type GroupConfig struct {
 	// ElectorConfig. Default Expire()/5.
 	SafetyMargin time.Duration
 
-	// ShutdownTimeout bounds Run's waits when it returns, and Leave's wait
-	// when no context bounds it, for the leader work to return, as in
-	// ElectorConfig. Default DefaultShutdownTimeout.
+	// ShutdownTimeout bounds Run's return as a whole (waiting for the
+	// callbacks, vacating the terms whose work returned, deleting the
+	// candidate rows), and Leave's wait when no context bounds it.
+	// Default DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
 
 	// Balance spreads leadership over the candidates: with N live
 	// candidates in the Group's M namespaces, a Group that leads more than
-	// ceil(M/N) namespaces hands its surplus over in one round, those it
+	// its share, ceil(M/N), hands its surplus over in one round, those it
 	// has led longest first (through the graceful handoff: the work of
-	// each returns first, then it vacates its own term), and a Group at or
-	// above its share leaves a free seat to the others for two rounds
-	// before it takes it. Off by default: then the
-	// first candidate to find a seat free takes it, as Electors do.
+	// each returns first, then it vacates the term it handed over), and
+	// does not try those namespaces again for two intervals. Every way a
+	// Group may take a seat (a round that found it free, a handoff wake,
+	// the end of another candidate's lease) respects the share: a Group at
+	// or above it leaves a free seat to the others for two rounds before
+	// it takes it, so while candidates come and go a Group may lead
+	// ceil(M/N)+1. The share is counted afresh every round, from the
+	// candidate rows (in the round's statements, at no extra round trip).
+	// Off by default: then the first candidate to find a seat free takes
+	// it, as Electors do.
 	Balance bool
 
 	// OnStartedLeading is called, on a goroutine of its own, when the Group
@@ -73,46 +83,72 @@ type GroupConfig struct {
 }
 
 // A Group runs one candidate in many namespaces with a constant number of
-// statements per round, whatever the number of namespaces: one reading of
-// every seat, one heartbeat of every candidate row, and, while it leads
-// any, one renewal of every lease it holds (plus, with Balance, one count
-// of the live candidates). On PostgreSQL these are one statement, so a
-// round is one round trip. It tries to take a seat only when that reading
-// shows it free or when its lease ends (at the lease's edge, by the
-// database clock, as an Elector does), so followers of a live seat never
-// lock it. On PostgreSQL it shares the pool's one LISTEN connection with
-// every Elector and Group on the pool, and a vacated seat wakes it at once.
+// statements per round, whatever the number of namespaces: one renewal of
+// every lease it holds, one reading of every seat (with Balance, with the
+// count of the live candidates), and one heartbeat of every candidate row.
+// On PostgreSQL these are one statement, so a round is one round trip;
+// elsewhere three. It tries to take a seat only when a reading shows it
+// free or when its lease ends (at the lease's edge, by the database clock,
+// as an Elector does), so followers of a live seat never lock it. On
+// PostgreSQL it shares the pool's one LISTEN connection with every Elector
+// and Group on the pool, and a vacated seat wakes it at once.
+//
+// Rounds never wait for attempts: the attempts on free seats run one at a
+// time beside the rounds, each a short transaction (Elect), in the order of
+// the last round's reading shuffled, and a new round's reading replaces the
+// list, so a cold start with many free seats never delays the renewal of
+// the seats already won. A Group thus uses at most two of its pool's
+// connections for the election (plus the pool's listener on PostgreSQL);
+// with a pool of one connection a round waits at most for the one attempt
+// in flight.
 //
 // The guarantees per namespace are those of an Elector: the renewal is one
-// statement fenced by the term and the database clock; a namespace whose
-// lease the renewal could not extend is reported lost for that namespace
-// only; each leadership trusts its lease until the round's start plus
-// Expire() minus SafetyMargin, and a timer ends it then if no renewal came;
-// leader work is never overlapped by the next leadership of the same
-// namespace, and a seat is vacated only once its work has returned.
+// statement fenced by the term and the database clock; a lease is renewed
+// only when the renewal reports that it changed its row, and one it did not
+// change is reported lost for that namespace only; each leadership trusts
+// its lease until the round's start plus Expire() minus SafetyMargin, and a
+// timer ends it then if no renewal came; leader work is never overlapped
+// by the next leadership of the same namespace, and a seat is vacated only
+// once its work has returned, and only in the term the Group held it.
+//
+// A namespace whose term another process vacated (an operator's
+// VacateSeat or VacateLease, an UnregisterCandidate of the Group's id) is
+// lost at the round that finds it so; the Group then sits that namespace
+// out for one Interval before it competes again, so that another live
+// candidate, woken by the handoff, takes the seat; if none does, the Group
+// takes it back in a new term.
+//
+// Observers (WithObserver) are called without the Group's lock held, in
+// order: they may call the Group's methods. Handoff wakes that make the
+// Group try a seat are reported as HandoffWake.
 //
 // Its methods are safe for concurrent use.
 type Group struct {
-	base *Election // settings and statements; its namespace is not used
-	id   uuid.UUID
-	cfg  GroupConfig
-	log  *slog.Logger
+	base  *Election // settings and statements; its namespace is not used
+	id    uuid.UUID
+	cfg   GroupConfig
+	log   *slog.Logger
+	limit int // most namespaces the batch statements carry
 
 	started atomic.Bool
 	kick    chan struct{} // cap 1: run a round now
-	tries   chan string   // namespaces to try now (edge, handoff)
+	woken   chan wakeup   // edge and handoff wakes, for the attempter
+	queued  chan struct{} // cap 1: the attempt queue has work
 	events  *dispatcher
-
-	round sync.Mutex // held by rounds, attempts and Leave
 
 	mu       sync.Mutex
 	members  map[string]*member
 	running  bool            // Run's loop is on
 	runCtx   context.Context // Run's context, for leader work
 	stopping bool            // Run is returning
+	leading  int             // members with a leadership
+	share    int             // with Balance: ceil(M/N) as of the last round; 0 before the first
+	queue    []*member       // free seats of the last round, to try in order
+	notes    []func()        // observer calls and work starts, run once mu is released (unlock)
+	flushing bool            // a goroutine runs the notes
 }
 
-// member is the Group in one namespace.
+// member is the Group in one namespace. Its fields change under g.mu.
 type member struct {
 	g    *Group
 	e    *Election
@@ -124,13 +160,22 @@ type member struct {
 	work     *workCount    // OnStartedLeading queued or running
 	prevWork chan struct{} // closed when the last OnStartedLeading returned (nil: none)
 
+	// busy counts the rounds and attempts in flight that include the
+	// member; Add only while !leaving, so Leave can wait for them.
+	busy       sync.WaitGroup
+	renewing   bool      // its lease is in the renewal of the round in flight
+	attempting bool      // an attempt on its seat is in flight
+	queued     bool      // on g.queue
+	overShare  bool      // the round let it be tried above the share (Balance)
 	freeRounds int       // consecutive rounds that saw the seat free while at the share (Balance)
-	holdUntil  time.Time // after a balancing resignation: no attempts before
+	holdUntil  time.Time // no attempts before: after a balancing handoff, or a term vacated by someone else
+	handing    int64     // the term handed over (Balance), vacated once its work returned; 0: none
+	stray      int64     // a term granted when it could not lead (leaving, stopping), to vacate; 0: none
 	leaving    bool
 	edge       *time.Timer
 	edgeFor    Lease
 	edgeTries  int
-	pending    atomic.Bool // queued on tries
+	pending    atomic.Bool // on g.woken
 }
 
 type groupLead struct {
@@ -141,13 +186,21 @@ type groupLead struct {
 	since        time.Time
 }
 
+// wakeup asks the attempter to try m's seat now: src is the handoff that
+// woke it, or 0 for the end of another candidate's lease.
+type wakeup struct {
+	m   *member
+	src wakeSource
+}
+
 // NewGroup returns a Group for candidate id in cfg.Namespaces on db. opts
 // are the Election options that apply to every namespace (WithExpire,
 // WithSchema, WithLogger, WithLabel, WithObserver, WithHistoryRetention);
 // WithNamespace is refused, since the namespaces are cfg's. It checks the
 // database's settings as New does, within ctx. Bad input (uuid.Nil, no
-// namespace, an invalid or repeated namespace, a setting out of its rules)
-// returns an error and changes nothing.
+// namespace, an invalid or repeated namespace, more namespaces than the
+// database's batch statements carry, a setting out of its rules) returns
+// an error and changes nothing.
 func NewGroup(ctx context.Context, db *gorm.DB, id uuid.UUID, cfg GroupConfig, opts ...Option) (*Group, error) {
 	if id == uuid.Nil {
 		return nil, fmt.Errorf("%w: NewGroup", ErrInvalidCandidate)
@@ -182,6 +235,11 @@ func NewGroup(ctx context.Context, db *gorm.DB, id uuid.UUID, cfg GroupConfig, o
 	if err != nil {
 		return nil, err
 	}
+	limit := dialect.BatchMaxNamespaces(base.d)
+	if len(cfg.Namespaces) > limit {
+		return nil, fmt.Errorf("%w: NewGroup: %d namespaces; a Group takes at most %d on %s (the parameters one statement can carry)",
+			ErrInvalidOption, len(cfg.Namespaces), limit, base.d.Name())
+	}
 	ecfg, err := checkRoundConfig(base.expire, ElectorConfig{Interval: cfg.Interval, SafetyMargin: cfg.SafetyMargin, ShutdownTimeout: cfg.ShutdownTimeout})
 	if err != nil {
 		return nil, err
@@ -193,8 +251,10 @@ func NewGroup(ctx context.Context, db *gorm.DB, id uuid.UUID, cfg GroupConfig, o
 		id:      id,
 		cfg:     cfg,
 		log:     base.logBase.With("candidate", id),
+		limit:   limit,
 		kick:    make(chan struct{}, 1),
-		tries:   make(chan string, 64),
+		woken:   make(chan wakeup, 256),
+		queued:  make(chan struct{}, 1),
 		events:  newDispatcher(),
 		members: map[string]*member{},
 	}
@@ -242,10 +302,37 @@ func (g *Group) newMember(ns string) *member {
 	return &member{g: g, e: g.base.inNamespace(ns), ns: ns, work: newWorkCount()}
 }
 
+// unlock releases g.mu, then runs the notes queued under it (observer
+// calls, the start of leader work) in order, outside the lock. A goroutine
+// that finds another one running them leaves its notes to it.
+func (g *Group) unlock() {
+	if g.flushing || len(g.notes) == 0 {
+		g.mu.Unlock()
+		return
+	}
+	g.flushing = true
+	for len(g.notes) > 0 {
+		batch := g.notes
+		g.notes = nil
+		g.mu.Unlock()
+		for _, f := range batch {
+			f()
+		}
+		g.mu.Lock()
+	}
+	g.flushing = false
+	g.mu.Unlock()
+}
+
+// note queues f to run once g.mu is released; g.mu is held.
+func (g *Group) note(f func()) { g.notes = append(g.notes, f) }
+
 // ID returns the candidate id.
 func (g *Group) ID() uuid.UUID { return g.id }
 
-// Namespaces returns the namespaces joined, sorted.
+// Namespaces returns the namespaces joined, sorted. A namespace being left
+// (Leave has not returned) is not listed, and cannot be joined again until
+// Leave returns.
 func (g *Group) Namespaces() []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -297,47 +384,61 @@ func (g *Group) Leading() []string {
 
 // Join adds namespace ns; a running Group takes part in its election from
 // its next round, which Join starts at once. It returns
-// ErrInvalidNamespace, changing nothing, for an invalid namespace or one
-// already joined.
+// ErrInvalidNamespace, changing nothing, for an invalid namespace, one
+// already joined, or one being left (join it again once Leave has
+// returned); ErrInvalidOption once Run is returning, or when the Group
+// already has as many namespaces as the database's batch statements carry.
 func (g *Group) Join(ns string) error {
 	if err := validNamespace(ns); err != nil {
 		return fmt.Errorf("Join: %w", err)
 	}
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	if g.stopping {
-		g.mu.Unlock()
 		return fmt.Errorf("%w: Join: the Group has stopped", ErrInvalidOption)
 	}
-	if _, ok := g.members[ns]; ok {
-		g.mu.Unlock()
+	if m, ok := g.members[ns]; ok {
+		if m.leaving {
+			return fmt.Errorf("%w: Join: namespace %q is still being left; join it again once Leave has returned", ErrInvalidNamespace, ns)
+		}
 		return fmt.Errorf("%w: Join: namespace %q already joined", ErrInvalidNamespace, ns)
+	}
+	if len(g.members) >= g.limit {
+		return fmt.Errorf("%w: Join: a Group takes at most %d namespaces on %s (the parameters one statement can carry)",
+			ErrInvalidOption, g.limit, g.base.d.Name())
 	}
 	m := g.newMember(ns)
 	g.members[ns] = m
 	if g.running {
 		m.hub = joinHub(m.e, m)
 	}
-	g.mu.Unlock()
 	g.kickRound()
 	return nil
 }
 
-// Leave removes namespace ns: the Group stops leading it, waits for its
-// leader work to return (bounded by ctx, or by ShutdownTimeout when ctx has
-// no deadline), then vacates its own term, if it holds one, and deletes its
-// candidate row. If the work does not return in time, Leave neither
-// vacates nor deletes (the lease and the row expire by themselves) and
-// returns the context's error; the namespace is left either way. It returns
-// ErrUnknownNamespace for a namespace not joined.
+// Leave removes namespace ns: the Group stops leading it at once (its
+// other namespaces go on, renewed as usual), waits for the rounds and the
+// attempt in flight that include ns and for its leader work to return
+// (bounded by ctx, or by ShutdownTimeout when ctx has no deadline), then
+// vacates the term it held, if any, and deletes its candidate row. If the
+// work does not return in time, Leave neither vacates nor deletes (the
+// lease and the row expire by themselves, since the Group no longer renews
+// them) and returns the context's error; the namespace is left either way.
+// It returns ErrUnknownNamespace for a namespace not joined, or already
+// being left.
 func (g *Group) Leave(ctx context.Context, ns string) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: Leave: nil context", ErrInvalidOption)
 	}
 	g.mu.Lock()
 	m := g.members[ns]
-	if m == nil || m.leaving {
+	if m == nil {
 		g.mu.Unlock()
 		return fmt.Errorf("%w: %q", ErrUnknownNamespace, ns)
+	}
+	if m.leaving {
+		g.mu.Unlock()
+		return fmt.Errorf("%w: %q is already being left", ErrUnknownNamespace, ns)
 	}
 	m.leaving = true
 	term := int64(anyTerm)
@@ -348,16 +449,15 @@ func (g *Group) Leave(ctx context.Context, ns string) error {
 	m.stopEdge()
 	h := m.hub
 	m.hub = nil
-	g.mu.Unlock()
+	g.unlock()
 	if h != nil {
 		leaveHub(m.e, m, h)
 	}
-	// No round or attempt is in flight for ns from here on.
-	g.round.Lock()
-	defer g.round.Unlock()
 	defer func() {
 		g.mu.Lock()
-		delete(g.members, ns)
+		if g.members[ns] == m {
+			delete(g.members, ns)
+		}
 		g.mu.Unlock()
 	}()
 	wctx, cancel := ctx, context.CancelFunc(func() {})
@@ -365,23 +465,49 @@ func (g *Group) Leave(ctx context.Context, ns string) error {
 		wctx, cancel = context.WithTimeout(ctx, g.cfg.ShutdownTimeout)
 	}
 	defer cancel()
-	select {
-	case <-m.work.wait():
-	case <-wctx.Done():
-		g.log.Warn("election: left the namespace without vacating: the leader's work has not returned; the lease expires by itself",
-			"namespace", ns)
-		return fmt.Errorf("election: Leave %q: waiting for the leader's work: %w", ns, wctx.Err())
+	// No round or attempt takes ns in from here on; wait for those in
+	// flight (a statement each), then for the work.
+	idle := make(chan struct{})
+	go func() {
+		m.busy.Wait()
+		close(idle)
+	}()
+	for _, c := range []<-chan struct{}{idle, m.work.wait()} {
+		select {
+		case <-c:
+		case <-wctx.Done():
+			g.log.Warn("election: left the namespace without vacating: the leader's work has not returned; the lease expires by itself",
+				"namespace", ns)
+			return fmt.Errorf("election: Leave %q: waiting for the leader's work: %w", ns, wctx.Err())
+		}
+	}
+	g.mu.Lock()
+	if term == anyTerm {
+		term = cmpOr(m.handing, m.stray)
+	}
+	g.mu.Unlock()
+	if term == 0 {
+		term = anyTerm
 	}
 	return m.e.vacate(wctx, "Leave", g.id, term, true, nil)
 }
 
+// cmpOr returns the first of a, b that is not zero.
+func cmpOr(a, b int64) int64 {
+	if a != 0 {
+		return a
+	}
+	return b
+}
+
 // Run runs the Group until ctx ends: every Interval (shortened at random
 // by up to 20%) it renews the leases it holds, reads every seat and
-// refreshes every candidate row, in one statement each, then tries the
-// seats it found free. When ctx ends it stops leading everywhere, waits for
-// the callbacks (at most ShutdownTimeout), vacates the terms whose work
-// returned, deletes its candidate rows and returns nil. A namespace whose
-// work has not returned is neither vacated nor unregistered: its lease and
+// refreshes every candidate row, in one statement each, and hands the
+// seats it found free to its attempts, which run beside the rounds. When
+// ctx ends it stops leading everywhere, waits for the callbacks, vacates
+// each term as soon as its work has returned, deletes its candidate rows
+// and returns nil, all within ShutdownTimeout. A namespace whose work has
+// not returned by then is neither vacated nor unregistered: its lease and
 // row expire by themselves.
 //
 // Run returns an error only for a nil ctx (ErrInvalidOption), a second call
@@ -397,78 +523,129 @@ func (g *Group) Run(ctx context.Context) error {
 	g.mu.Lock()
 	g.running, g.runCtx = true, ctx
 	for _, m := range g.members {
-		m.hub = joinHub(m.e, m)
+		if !m.leaving {
+			m.hub = joinHub(m.e, m)
+		}
 	}
 	g.mu.Unlock()
 	go g.events.run()
 
+	actx, stopAttempts := context.WithCancel(ctx)
+	attempterDone := make(chan struct{})
+	go func() {
+		defer close(attempterDone)
+		g.attempter(actx)
+	}()
 	err := g.loop(ctx)
+	stopAttempts()
+	<-attempterDone
+	return g.shutdown(ctx, err)
+}
 
+// shutdown is the end of Run: no round or attempt runs any more.
+func (g *Group) shutdown(ctx context.Context, err error) error {
+	type out struct {
+		m    *member
+		term int64 // to vacate; 0: none, delete the candidate row only
+	}
+	var (
+		outs []out
+		hubs []*member
+		hs   []*hub
+	)
 	g.mu.Lock()
 	g.stopping = true
-	var held []*member
-	terms := map[*member]int64{}
-	var hubsOut []*member
+	g.queue = nil
 	for _, m := range g.members {
 		m.stopEdge()
+		term := cmpOr(m.handing, m.stray)
 		if m.cur != nil {
-			terms[m] = m.cur.lease.Term
+			term = m.cur.lease.Term
 			g.stopLocked(m, "shutting down")
 		}
-		if !m.leaving {
-			held = append(held, m)
-		}
 		if m.hub != nil {
-			hubsOut = append(hubsOut, m)
+			hubs, hs = append(hubs, m), append(hs, m.hub)
+			m.hub = nil
+		}
+		if !m.leaving {
+			outs = append(outs, out{m: m, term: term})
 		}
 	}
-	g.mu.Unlock()
-	for _, m := range hubsOut {
-		leaveHub(m.e, m, m.hub)
+	g.unlock()
+	for i, m := range hubs {
+		leaveHub(m.e, m, hs[i])
 	}
 	g.events.close()
-	deadline := time.NewTimer(g.cfg.ShutdownTimeout)
-	defer deadline.Stop()
-	g.events.wait(deadline.C)
+
+	// One deadline for the whole return.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.ShutdownTimeout)
+	defer cancel()
+	expired := make(chan time.Time)
+	stop := context.AfterFunc(sctx, func() { close(expired) })
+	defer stop()
+	g.events.wait(expired)
 	if err != nil {
 		return err
 	}
 
-	// Vacate the terms whose work returned, and delete the candidate rows.
-	g.round.Lock()
-	defer g.round.Unlock()
-	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.ShutdownTimeout)
-	defer cancel()
+	// Vacate each term as soon as its work has returned; delete the rows of
+	// the namespaces without a term in one statement.
 	var rest []string
-	for _, m := range held {
-		select {
-		case <-m.work.wait():
-		case <-deadline.C:
+	finish := func(o out) {
+		if o.term == 0 {
+			rest = append(rest, o.m.ns)
+			return
 		}
-		if !m.work.idle() {
-			g.log.Warn("election: returning without vacating: the leader's work has not returned within ShutdownTimeout; the lease expires by itself",
-				"namespace", m.ns, "shutdown_timeout", g.cfg.ShutdownTimeout)
+		if err := o.m.e.vacate(sctx, "Run", g.id, o.term, true, nil); err != nil {
+			g.log.Warn("election: vacating on shutdown failed; the lease expires by itself", "namespace", o.m.ns, "err", err)
+		}
+	}
+	returned := make(chan out, len(outs))
+	waiting := 0
+	for _, o := range outs {
+		if o.m.work.idle() {
+			finish(o)
 			continue
 		}
-		if term, ok := terms[m]; ok {
-			if err := m.e.vacate(uctx, "Run", g.id, term, true, nil); err != nil {
-				g.log.Warn("election: vacating on shutdown failed; the lease expires by itself", "namespace", m.ns, "err", err)
+		waiting++
+		go func() {
+			select {
+			case <-o.m.work.wait():
+				returned <- o
+			case <-sctx.Done():
+				returned <- out{m: o.m, term: -1}
 			}
+		}()
+	}
+	g.unregister(sctx, rest)
+	rest = rest[:0]
+	for range waiting {
+		o := <-returned
+		if o.term < 0 {
+			g.log.Warn("election: returning without vacating: the leader's work has not returned within ShutdownTimeout; the lease expires by itself",
+				"namespace", o.m.ns, "shutdown_timeout", g.cfg.ShutdownTimeout)
 			continue
 		}
-		rest = append(rest, m.ns)
+		finish(o)
 	}
-	if len(rest) > 0 {
-		err := g.base.autocommit(uctx, "Run", nil, func(conn gorm.ConnPool, _ bool) error {
-			args := append([]any{g.id}, anyArgs(rest)...)
-			_, err := conn.ExecContext(uctx, dialect.BatchUnregister(g.base.d, len(rest)), args...)
-			return err
-		})
-		if err != nil {
-			g.log.Warn("election: unregistering on shutdown failed; the rows expire by themselves", "err", err)
-		}
-	}
+	g.unregister(sctx, rest)
 	return nil
+}
+
+// unregister deletes the Group's candidate rows in namespaces nss, in one
+// statement.
+func (g *Group) unregister(ctx context.Context, nss []string) {
+	if len(nss) == 0 {
+		return
+	}
+	err := g.base.autocommit(ctx, "Run", nil, func(conn gorm.ConnPool, _ bool) error {
+		args := append([]any{g.id}, anyArgs(nss)...)
+		_, err := conn.ExecContext(ctx, dialect.BatchUnregister(g.base.d, len(nss)), args...)
+		return err
+	})
+	if err != nil {
+		g.log.Warn("election: unregistering on shutdown failed; the rows expire by themselves", "err", err)
+	}
 }
 
 func anyArgs(ss []string) []any {
@@ -486,18 +663,20 @@ func (g *Group) kickRound() {
 	}
 }
 
-// poke is the handoff wake of the Group in m's namespace.
-func (m *member) poke(wakeSource) { m.g.try(m) }
+// poke is the handoff wake of the Group in m's namespace. It runs under
+// the hubs' lock and takes no lock of the Group's.
+func (m *member) poke(src wakeSource) { m.g.wake(m, src) }
 
 func (m *member) candidate() uuid.UUID { return m.g.id }
 
-// try queues an attempt on m's seat for the loop, once.
-func (g *Group) try(m *member) {
+// wake asks the attempter to try m's seat now, once; it takes no lock. The
+// attempter decides whether it may (see mayTryLocked).
+func (g *Group) wake(m *member, src wakeSource) {
 	if !m.pending.CompareAndSwap(false, true) {
 		return
 	}
 	select {
-	case g.tries <- m.ns:
+	case g.woken <- wakeup{m: m, src: src}:
 	default:
 		// The queue is full: a full round looks at every seat.
 		m.pending.Store(false)
@@ -512,6 +691,8 @@ func (m *member) stopEdge() {
 	}
 }
 
+// loop runs the rounds until ctx ends. Nothing else runs on its goroutine:
+// a round's statement goes out every Interval whatever the attempts do.
 func (g *Group) loop(ctx context.Context) error {
 	succeeded := false
 	failures := 0
@@ -536,19 +717,12 @@ func (g *Group) loop(ctx context.Context) error {
 			succeeded, failures = true, 0
 		}
 		timer.Reset(wait)
-	wait:
-		for {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-timer.C:
-				break wait
-			case <-g.kick:
-				timer.Stop()
-				break wait
-			case ns := <-g.tries:
-				g.attemptOne(ctx, ns)
-			}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+		case <-g.kick:
+			timer.Stop()
 		}
 	}
 }
@@ -566,213 +740,479 @@ func seatFromRow(now time.Time, leader uuid.NullUUID, term sql.NullInt64, exp, a
 	return s
 }
 
-// fullRound is one round over every namespace.
+// heldSeat is a lease a round renews.
+type heldSeat struct {
+	m    *member
+	lead *groupLead // the leadership it renews
+	term int64
+}
+
+// roundResult is what a round's statements returned.
+type roundResult struct {
+	seats   map[string]seat
+	renewed map[string]time.Time // namespace: new expiry, of each lease the renewal changed
+	live    int                  // with Balance: live candidates, this one included
+}
+
+// fullRound is one round over every namespace but those being left or
+// tried at the moment (an attempt reads the seat and refreshes the row
+// itself).
 func (g *Group) fullRound(ctx context.Context) error {
-	g.round.Lock()
-	defer g.round.Unlock()
 	start := time.Now()
 	g.mu.Lock()
+	total := 0
 	var names []string
-	var held []*member
-	byName := make(map[string]*member, len(g.members))
-	heldTerms := map[*member]int64{}
+	var held []heldSeat
+	in := make(map[string]*member, len(g.members))
 	for ns, m := range g.members {
 		if m.leaving {
 			continue
 		}
+		total++
+		if m.attempting {
+			continue
+		}
 		names = append(names, ns)
-		byName[ns] = m
+		in[ns] = m
+		m.busy.Add(1)
 		if m.cur != nil {
-			held = append(held, m)
-			heldTerms[m] = m.cur.lease.Term
+			m.renewing = true
+			held = append(held, heldSeat{m: m, lead: m.cur, term: m.cur.lease.Term})
 		}
 	}
 	g.mu.Unlock()
+	defer func() {
+		g.mu.Lock()
+		for _, h := range held {
+			h.m.renewing = false
+		}
+		for _, m := range in {
+			m.busy.Done()
+		}
+		g.unlock()
+	}()
 	if len(names) == 0 {
 		return nil
 	}
 	slices.Sort(names)
+	slices.SortFunc(held, func(a, b heldSeat) int { return cmp.Compare(a.m.ns, b.m.ns) })
 	actx, cancel := context.WithTimeout(ctx, g.base.expire-g.cfg.SafetyMargin)
 	defer cancel()
 
-	seats := make(map[string]seat, len(names))
-	var dbNow time.Time
-	live := 0
-	// noteSeats reads the seat rows of rows (BatchSeats' columns, then the
-	// live count when withLive) and tells each member what its seat was.
-	noteSeats := func(rows *sql.Rows, sent time.Time, withLive bool) error {
-		defer rows.Close()
-		clear(seats)
-		for rows.Next() {
-			var (
-				now, exp, acq dialect.Time
-				ns            sql.NullString
-				leader        uuid.NullUUID
-				term          sql.NullInt64
-			)
-			dest := []any{&now, &ns, &leader, &term, &exp, &acq}
-			if withLive {
-				dest = append(dest, &live)
-			}
-			if err := rows.Scan(dest...); err != nil {
-				return err
-			}
-			dbNow = now.Time
-			if ns.Valid {
-				seats[ns.String] = seatFromRow(now.Time, leader, term, exp, acq)
-			}
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		for _, ns := range names {
-			s, ok := seats[ns]
-			if !ok {
-				s = seat{now: dbNow}
-				seats[ns] = s
-			}
-			byName[ns].e.noteSeat(s, sent)
-		}
-		return nil
-	}
-	id := g.base.identity
-	err := g.base.autocommit(actx, "Group", nil, func(conn gorm.ConnPool, _ bool) error {
-		// On PostgreSQL the whole round is one statement.
-		index := make(map[string]int, len(names))
-		for i, ns := range names {
-			index[ns] = i
-		}
-		heldAt := make([]int, len(held))
-		for k, m := range held {
-			heldAt[k] = index[m.ns]
-		}
-		if q, ok := dialect.BatchRound(g.base.d, len(names), heldAt, g.cfg.Balance); ok {
-			args := make([]any, 0, 5+len(names)+len(held))
-			args = append(args, g.base.d.DurationArg(g.base.expire), g.id, id.Hostname, id.PID, id.Label)
-			args = append(args, anyArgs(names)...)
-			for _, m := range held {
-				args = append(args, heldTerms[m])
-			}
-			sent := time.Now()
-			rows, err := conn.QueryContext(actx, q, args...)
-			if err != nil {
-				return err
-			}
-			return noteSeats(rows, sent, g.cfg.Balance)
-		}
-
-		if len(held) > 0 {
-			args := []any{g.base.d.DurationArg(g.base.expire), g.id}
-			for _, m := range held {
-				args = append(args, m.ns, heldTerms[m])
-			}
-			if _, err := conn.ExecContext(actx, dialect.BatchRenew(g.base.d, len(held)), args...); err != nil {
-				return err
-			}
-		}
-		sent := time.Now()
-		rows, err := conn.QueryContext(actx, dialect.BatchSeats(g.base.d, len(names)), anyArgs(names)...)
-		if err != nil {
-			return err
-		}
-		if err := noteSeats(rows, sent, false); err != nil {
-			return err
-		}
-		at := dbNow.Truncate(time.Microsecond)
-		exp := at.Add(g.base.expire).Truncate(time.Microsecond)
-		tat, texp := g.base.d.TimeArg(at), g.base.d.TimeArg(exp)
-		args := make([]any, 0, 8*len(names))
-		for _, ns := range names {
-			args = append(args, ns, g.id, tat, tat, texp, id.Hostname, id.PID, id.Label)
-		}
-		if _, err := conn.ExecContext(actx, dialect.BatchHeartbeat(g.base.d, len(names)), args...); err != nil {
-			return err
-		}
-		if g.cfg.Balance {
-			if err := conn.QueryRowContext(actx, dialect.BatchLive(g.base.d, len(names)), anyArgs(names)...).Scan(&live); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	res, err := g.roundStatements(actx, names, held, in)
 	if err != nil {
+		g.mu.Lock()
 		for _, ns := range names {
-			g.observeAttempt(byName[ns], start, Lease{}, false, err)
+			g.noteAttempt(in[ns], start, Lease{}, false, err)
 		}
+		g.unlock()
 		return err
 	}
 
 	trusted := start.Add(g.base.expire - g.cfg.SafetyMargin)
-	var attempts, surplus []*member
+	heldBy := make(map[*member]heldSeat, len(held))
+	for _, h := range held {
+		heldBy[h.m] = h
+	}
+	var attempts []*member
 	g.mu.Lock()
-	leading := 0
+	now := time.Now()
 	for _, ns := range names {
-		m := g.members[ns]
-		if m == nil || m.leaving {
+		m := in[ns]
+		if g.members[ns] != m || m.leaving {
 			continue
 		}
-		s := seats[ns]
+		s := res.seats[ns]
 		l := m.e.lease(s)
 		m.last = l
-		if m.cur != nil {
-			if l.HeldBy(g.id) && l.Term == m.cur.lease.Term && time.Now().Before(trusted) {
-				m.cur.lease.ExpiresAt = l.ExpiresAt
+		if h, ok := heldBy[m]; ok {
+			if m.cur != h.lead {
+				continue // that leadership ended while the round ran
+			}
+			exp, renewed := res.renewed[ns]
+			if renewed && now.Before(trusted) {
+				m.cur.lease.ExpiresAt = exp
 				m.cur.trustedUntil = trusted
 				m.cur.watchdog.Reset(time.Until(trusted))
 				m.e.remember(g.id, m.cur.lease)
-				leading++
-				g.observeAttempt(m, start, m.cur.lease, false, nil)
+				g.noteAttempt(m, start, m.cur.lease, false, nil)
 				continue
 			}
-			reason := "the database names another leader"
-			if l.HeldBy(g.id) && l.Term == m.cur.lease.Term {
-				reason = "the renewal returned after the trust window"
-			}
+			reason, sitOut := lostReason(s, g.id, h.term, renewed)
 			g.stopLocked(m, reason)
+			if sitOut {
+				// Another process vacated the term (an operator moving
+				// leadership on): leave the seat to the other
+				// candidates, which the vacate woke, for one interval.
+				m.holdUntil = now.Add(g.cfg.Interval)
+			}
+			g.noteAttempt(m, start, l, false, nil)
+			continue
+		}
+		if m.cur != nil {
+			continue // an attempt began leading while the round ran: the reading predates it
 		}
 		if s.live() && s.leader != g.id {
 			m.freeRounds = 0
 			g.scheduleEdge(m, s)
-			g.observeAttempt(m, start, l, false, nil)
+			g.noteAttempt(m, start, l, false, nil)
 			continue
 		}
+		g.noteAttempt(m, start, l, false, nil)
 		attempts = append(attempts, m)
 	}
-	if g.cfg.Balance && live > 0 {
-		share := (len(names) + live - 1) / live
-		if leading > share {
-			surplus = g.pickSurplus(leading - share)
+	rand.Shuffle(len(attempts), func(i, j int) { attempts[i], attempts[j] = attempts[j], attempts[i] })
+	if g.cfg.Balance && res.live > 0 {
+		g.share = (total + res.live - 1) / res.live
+		if g.leading > g.share {
+			for _, m := range g.pickSurplus(g.leading - g.share) {
+				g.handOverLocked(m)
+			}
 		}
 		// Below the share, try as many free seats as the share has room
 		// for; at or above it, leave a free seat to the others for two
 		// rounds.
-		room := share - leading
+		room := g.share - g.leading
 		kept := attempts[:0]
 		for _, m := range attempts {
 			switch {
-			case time.Now().Before(m.holdUntil):
-			case room > 0, m.freeRounds >= 2:
+			case !g.mayTryLocked(m):
+			case room > 0:
 				kept = append(kept, m)
-				m.freeRounds = 0
+				m.freeRounds, m.overShare = 0, false
 				room--
+			case m.freeRounds >= 2:
+				kept = append(kept, m)
+				m.freeRounds, m.overShare = 0, true
 			default:
 				m.freeRounds++
 			}
 		}
 		attempts = kept
 	}
-	g.mu.Unlock()
+	g.setQueueLocked(attempts)
+	g.unlock()
+	return nil
+}
 
-	for _, m := range attempts {
-		if ctx.Err() != nil {
-			return nil
-		}
-		g.attempt(ctx, m)
+// lostReason says why a lease the round tried to renew in term was not
+// renewed in time, from the seat as the round read it, and whether the
+// Group is to sit the namespace out: when another process vacated the term.
+func lostReason(s seat, id uuid.UUID, term int64, renewed bool) (reason string, sitOut bool) {
+	switch {
+	case renewed:
+		return "the renewal returned after the trust window", false
+	case s.live() && s.leader != id:
+		return "the database names another leader", false
+	case s.leader == uuid.Nil:
+		// Vacated (or the row deleted): by someone else, since the Group
+		// vacates only terms it no longer leads.
+		return stopVacated, true
+	case s.leader == id && s.term == term && s.live():
+		// The reading (a snapshot taken before the renewal waited for the
+		// row) still shows the lease, but the renewal found the row
+		// changed: vacated meanwhile.
+		return stopVacated, true
+	case s.leader == id && s.term == term:
+		return "the lease expired before its renewal", false
 	}
-	for _, m := range surplus {
-		g.handOver(ctx, m)
+	return "the database names another leader", false
+}
+
+// roundStatements runs a round's statements: the renewal of held, the
+// reading of the seats of names and the heartbeat of their candidate rows.
+func (g *Group) roundStatements(ctx context.Context, names []string, held []heldSeat, in map[string]*member) (roundResult, error) {
+	d := g.base.d
+	id := g.base.identity
+	res := roundResult{seats: make(map[string]seat, len(names)), renewed: map[string]time.Time{}}
+	var dbNow time.Time
+	// readSeats reads the seat rows of rows: BatchSeats' columns, then,
+	// with renewed, BatchRound's renewed_expires_at, then, with live, the
+	// count of live candidates.
+	readSeats := func(rows *sql.Rows, sent time.Time, renewed, live bool) error {
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				now, exp, acq, rexp dialect.Time
+				ns                  sql.NullString
+				leader              uuid.NullUUID
+				term                sql.NullInt64
+			)
+			dest := []any{&now, &ns, &leader, &term, &exp, &acq}
+			if renewed {
+				dest = append(dest, &rexp)
+			}
+			if live {
+				dest = append(dest, &res.live)
+			}
+			if err := rows.Scan(dest...); err != nil {
+				return err
+			}
+			dbNow = now.Time
+			if !ns.Valid {
+				continue
+			}
+			s := seatFromRow(now.Time, leader, term, exp, acq)
+			if rexp.Valid {
+				// Renewed by this statement: the snapshot's row is the one
+				// before the renewal.
+				res.renewed[ns.String] = rexp.Time
+				s.leader, s.expires = g.id, rexp.Time
+			}
+			res.seats[ns.String] = s
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, ns := range names {
+			s, ok := res.seats[ns]
+			if !ok {
+				s = seat{now: dbNow}
+				res.seats[ns] = s
+			}
+			in[ns].e.noteSeat(s, sent)
+		}
+		return nil
+	}
+	err := g.base.autocommit(ctx, "Group", nil, func(conn gorm.ConnPool, _ bool) error {
+		clear(res.seats)
+		clear(res.renewed)
+		res.live = 0
+		// On PostgreSQL the whole round is one statement.
+		index := make(map[string]int, len(names))
+		for i, ns := range names {
+			index[ns] = i
+		}
+		heldAt := make([]int, len(held))
+		for k, h := range held {
+			heldAt[k] = index[h.m.ns]
+		}
+		if q, ok := dialect.BatchRound(d, len(names), heldAt, g.cfg.Balance); ok {
+			args := make([]any, 0, 5+len(names)+len(held))
+			args = append(args, d.DurationArg(g.base.expire), g.id, id.Hostname, id.PID, id.Label)
+			args = append(args, anyArgs(names)...)
+			for _, h := range held {
+				args = append(args, h.term)
+			}
+			sent := time.Now()
+			rows, err := conn.QueryContext(ctx, q, args...)
+			if err != nil {
+				return err
+			}
+			return readSeats(rows, sent, true, g.cfg.Balance)
+		}
+
+		// Elsewhere: renew, then read (with the live count), then
+		// heartbeat.
+		returned := map[string]time.Time{}
+		inferred := false
+		var changed int64
+		if len(held) > 0 {
+			args := []any{d.DurationArg(g.base.expire), g.id}
+			for _, h := range held {
+				args = append(args, h.m.ns, h.term)
+			}
+			if q, ok := dialect.BatchRenewReturning(d, len(held)); ok {
+				rows, err := conn.QueryContext(ctx, q, args...)
+				if err != nil {
+					return err
+				}
+				if err := scanRenewed(rows, returned); err != nil {
+					return err
+				}
+			} else {
+				n, err := affected(conn.ExecContext(ctx, dialect.BatchRenew(d, len(held)), args...))
+				if err != nil {
+					return err
+				}
+				inferred, changed = true, n
+			}
+		}
+		sent := time.Now()
+		var (
+			rows *sql.Rows
+			err  error
+		)
+		if g.cfg.Balance {
+			args := append(anyArgs(names), g.id)
+			rows, err = conn.QueryContext(ctx, dialect.BatchSeatsLive(d, len(names)), append(args, anyArgs(names)...)...)
+		} else {
+			rows, err = conn.QueryContext(ctx, dialect.BatchSeats(d, len(names)), anyArgs(names)...)
+		}
+		if err != nil {
+			return err
+		}
+		if err := readSeats(rows, sent, false, g.cfg.Balance); err != nil {
+			return err
+		}
+		// The reading began after the renewal committed: a lease is
+		// renewed when the renewal says so (or, without RETURNING, when
+		// the reading shows it held in its term and live, which only this
+		// renewal can have made it) and the reading still shows it held.
+		for _, h := range held {
+			s := res.seats[h.m.ns]
+			if s.leader != g.id || s.term != h.term || !s.live() {
+				continue
+			}
+			if exp, ok := returned[h.m.ns]; ok || inferred {
+				if ok && exp.After(s.expires) {
+					s.expires = exp
+				}
+				res.renewed[h.m.ns] = s.expires
+			}
+		}
+		if inferred && int64(len(res.renewed)) > changed {
+			// More leases read as renewed than the renewal changed:
+			// something else extended them. Trust none of them.
+			g.log.Warn("election: the seats read as renewed outnumber the rows the renewal changed; treating the leases as lost",
+				"renewed", len(res.renewed), "changed", changed)
+			clear(res.renewed)
+		}
+		at := dbNow.Truncate(time.Microsecond)
+		exp := at.Add(g.base.expire).Truncate(time.Microsecond)
+		tat, texp := d.TimeArg(at), d.TimeArg(exp)
+		args := make([]any, 0, 8*len(names))
+		for _, ns := range names {
+			args = append(args, ns, g.id, tat, tat, texp, id.Hostname, id.PID, id.Label)
+		}
+		_, err = conn.ExecContext(ctx, dialect.BatchHeartbeat(d, len(names)), args...)
+		return err
+	})
+	return res, err
+}
+
+// scanRenewed reads BatchRenewReturning's rows into out.
+func scanRenewed(rows *sql.Rows, out map[string]time.Time) error {
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			ns  string
+			exp dialect.Time
+		)
+		if err := rows.Scan(&ns, &exp); err != nil {
+			return err
+		}
+		out[ns] = exp.Time
+	}
+	return rows.Err()
+}
+
+// setQueueLocked replaces the attempts queued by the last round with ms:
+// a fresher reading; g.mu is held.
+func (g *Group) setQueueLocked(ms []*member) {
+	for _, m := range g.queue {
+		m.queued = false
+	}
+	g.queue = append(g.queue[:0], ms...)
+	for _, m := range ms {
+		m.queued = true
+	}
+	if len(ms) > 0 {
+		select {
+		case g.queued <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// mayTryLocked reports whether the Group may try to take m's seat now,
+// share aside: it runs, neither leads nor tries m, is not leaving it,
+// handing it over, or sitting it out; g.mu is held.
+func (g *Group) mayTryLocked(m *member) bool {
+	switch {
+	case !g.running, g.stopping, m.leaving, g.members[m.ns] != m:
+		return false
+	case m.cur != nil, m.attempting, m.renewing, m.handing != 0:
+		return false
+	}
+	return !time.Now().Before(m.holdUntil)
+}
+
+// withinShareLocked reports whether, with Balance, one more seat keeps the
+// Group within its share (or the round allowed m above it: viaRound and
+// m.overShare); always true without Balance. g.mu is held.
+func (g *Group) withinShareLocked(m *member, viaRound bool) bool {
+	switch {
+	case !g.cfg.Balance:
+		return true
+	case viaRound && m.overShare:
+		return true
+	}
+	return g.share > 0 && g.leading < g.share
+}
+
+// attempter runs the attempts, one at a time, until ctx ends: a wake (the
+// end of another candidate's lease, a handoff) first, then the free seats
+// of the last round.
+func (g *Group) attempter(ctx context.Context) {
+	for ctx.Err() == nil {
+		select {
+		case w := <-g.woken:
+			g.tryWoken(ctx, w)
+			continue
+		default:
+		}
+		if m := g.nextQueued(); m != nil {
+			g.attempt(ctx, m)
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case w := <-g.woken:
+			g.tryWoken(ctx, w)
+		case <-g.queued:
+		}
+	}
+}
+
+// nextQueued takes the next seat of the queue the Group may try, marked as
+// tried; nil when none.
+func (g *Group) nextQueued() *member {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for len(g.queue) > 0 {
+		m := g.queue[0]
+		g.queue[0] = nil
+		g.queue = g.queue[1:]
+		m.queued = false
+		if g.mayTryLocked(m) && g.withinShareLocked(m, true) {
+			m.attempting = true
+			m.busy.Add(1)
+			return m
+		}
+		m.overShare = false
 	}
 	return nil
+}
+
+// tryWoken tries the seat a wake names, if the Group may.
+func (g *Group) tryWoken(ctx context.Context, w wakeup) {
+	m := w.m
+	m.pending.Store(false)
+	g.mu.Lock()
+	ok := g.mayTryLocked(m) && g.withinShareLocked(m, false)
+	if ok {
+		m.attempting = true
+		m.busy.Add(1)
+		if o := g.base.observer; o != nil && w.src != 0 {
+			wk := Wake{Namespace: m.ns, Candidate: g.id, Source: "local"}
+			if w.src == wakeNotify {
+				wk.Source = "notify"
+			}
+			g.note(func() { o.HandoffWake(wk) })
+		}
+	}
+	g.unlock()
+	if !ok {
+		return
+	}
+	if w.src != 0 {
+		// The seat is changing hands: take the locked path, which waits
+		// for the vacating transaction rather than read the old holder.
+		m.e.forgetSeat()
+	}
+	g.attempt(ctx, m)
 }
 
 // pickSurplus chooses the n namespaces to hand over: those led longest;
@@ -788,32 +1228,51 @@ func (g *Group) pickSurplus(n int) []*member {
 	return led[:min(n, len(led))]
 }
 
-// handOver gives up the lease of m to balance leadership: the work stops
-// and, once it has returned, the Group vacates its term; it does not try m
-// again for two intervals. It runs in the background so the rounds go on.
-func (g *Group) handOver(ctx context.Context, m *member) {
-	g.mu.Lock()
-	if m.cur == nil || m.leaving {
-		g.mu.Unlock()
-		return
-	}
+// handOverLocked gives up the lease of m to balance leadership: the work
+// stops and, once it has returned, the Group vacates the term it handed
+// over, if it still holds it in that term; it does not try m again until
+// then, nor for two intervals. The vacate runs in the background so the
+// rounds go on; g.mu is held.
+func (g *Group) handOverLocked(m *member) {
 	term := m.cur.lease.Term
 	m.holdUntil = time.Now().Add(2 * g.cfg.Interval)
+	m.handing = term
 	g.stopLocked(m, "balancing")
-	g.mu.Unlock()
+	ctx := g.runCtx
 	go func() {
 		select {
 		case <-m.work.wait():
 		case <-ctx.Done():
+			return // Run's return vacates it once the work has returned
+		}
+		g.mu.Lock()
+		// Otherwise Leave or Run's return vacates it (m.handing tells
+		// them the term).
+		ok := m.handing == term && !m.leaving && !g.stopping
+		if ok {
+			m.busy.Add(1)
+		}
+		g.mu.Unlock()
+		if !ok {
 			return
 		}
-		g.round.Lock()
-		defer g.round.Unlock()
 		vctx, cancel := context.WithTimeout(ctx, g.base.expire)
 		defer cancel()
-		if err := m.e.vacate(vctx, "Balance", g.id, term, false, nil); err != nil && ctx.Err() == nil {
+		// Term-guarded: a newer term of this candidate is never vacated,
+		// and no attempt runs on m while it is handed over.
+		err := m.e.vacate(vctx, "Balance", g.id, term, false, nil)
+		if err != nil && ctx.Err() == nil {
 			g.log.Warn("election: handing a namespace over failed; its lease expires by itself", "namespace", m.ns, "err", err)
 		}
+		g.mu.Lock()
+		// A term not vacated runs until its lease expires; Leave and
+		// Run's return try again, and otherwise an attempt may renew it
+		// (Elect keeps the term of a lease the candidate still holds).
+		if m.handing == term && (err == nil || !m.leaving && !g.stopping) {
+			m.handing = 0
+		}
+		m.busy.Done()
+		g.mu.Unlock()
 	}()
 }
 
@@ -838,56 +1297,41 @@ func (g *Group) scheduleEdge(m *member, s seat) {
 	}
 	m.edgeTries++
 	m.stopEdge()
-	m.edge = time.AfterFunc(max(d, 0), func() { g.try(m) })
+	m.edge = time.AfterFunc(max(d, 0), func() { g.wake(m, 0) })
 }
 
-// attemptOne is an attempt on one namespace outside a round: at a lease's
-// edge or after a handoff wake.
-func (g *Group) attemptOne(ctx context.Context, ns string) {
-	g.mu.Lock()
-	m := g.members[ns]
-	if m != nil {
-		m.pending.Store(false)
-	}
-	if m == nil || m.leaving || m.cur != nil || time.Now().Before(m.holdUntil) {
-		g.mu.Unlock()
-		return
-	}
-	g.mu.Unlock()
-	g.round.Lock()
-	defer g.round.Unlock()
-	g.attempt(ctx, m)
-}
-
-// attempt runs Elect on m's seat and starts leading if it is granted.
+// attempt runs Elect on m's seat, which the caller marked as tried, and
+// starts leading if it is granted.
 func (g *Group) attempt(ctx context.Context, m *member) {
 	start := time.Now()
 	actx, cancel := context.WithTimeout(ctx, g.base.expire-g.cfg.SafetyMargin)
 	defer cancel()
 	l, err := m.e.Elect(actx, g.id)
+	g.mu.Lock()
+	defer g.unlock()
+	m.attempting, m.overShare = false, false
+	defer m.busy.Done() // before the notes run: an observer may call Leave
 	if err != nil {
 		if ctx.Err() == nil {
 			g.log.Warn("election: group attempt failed", "namespace", m.ns, "err", err)
 		}
-		g.observeAttempt(m, start, Lease{}, false, err)
+		g.noteAttempt(m, start, Lease{}, false, err)
 		return
 	}
 	trusted := start.Add(g.base.expire - g.cfg.SafetyMargin)
-	g.mu.Lock()
 	m.last = l
 	started := false
-	if l.HeldBy(g.id) && !m.leaving && !g.stopping && time.Now().Before(trusted) && time.Now().After(m.holdUntil) {
-		if m.cur == nil {
+	if l.HeldBy(g.id) {
+		if m.cur == nil && !m.leaving && !g.stopping && g.members[m.ns] == m && time.Now().Before(trusted) {
 			g.startLocked(m, l, trusted)
 			started = true
-		} else if m.cur.lease.Term == l.Term {
-			m.cur.lease.ExpiresAt = l.ExpiresAt
-			m.cur.trustedUntil = trusted
-			m.cur.watchdog.Reset(time.Until(trusted))
+		} else if m.cur == nil {
+			// Granted, but the Group cannot lead it now: Leave or Run's
+			// return vacates this term.
+			m.stray = l.Term
 		}
 	}
-	g.mu.Unlock()
-	g.observeAttempt(m, start, l, started, nil)
+	g.noteAttempt(m, start, l, started, nil)
 }
 
 // startLocked begins leading m under l; g.mu is held.
@@ -896,10 +1340,13 @@ func (g *Group) startLocked(m *member, l Lease, trusted time.Time) {
 	cur := &groupLead{lease: l, trustedUntil: trusted, cancel: cancel, since: time.Now()}
 	cur.watchdog = time.AfterFunc(time.Until(trusted), func() { g.trustEnded(m, cur) })
 	m.cur = cur
+	m.stray = 0
+	g.leading++
 	m.stopEdge()
 	g.log.Info("election: leading", "namespace", m.ns, "term", l.Term, "lease_expires_at", l.ExpiresAt)
 	if o := g.base.observer; o != nil {
-		o.LeadershipStarted(Leadership{Namespace: m.ns, Candidate: g.id, Lease: l})
+		ld := Leadership{Namespace: m.ns, Candidate: g.id, Lease: l}
+		g.note(func() { o.LeadershipStarted(ld) })
 	}
 	cb := g.cfg.OnStartedLeading
 	if cb == nil {
@@ -909,24 +1356,27 @@ func (g *Group) startLocked(m *member, l Lease, trusted time.Time) {
 	prev := m.prevWork
 	done := make(chan struct{})
 	m.prevWork = done
-	go func() {
-		defer close(done)
-		defer m.work.done()
-		if prev != nil {
-			<-prev
-		}
-		if lctx.Err() != nil {
-			return
-		}
-		cb(lctx, l)
-	}()
+	// Started after the observer heard of the leadership.
+	g.note(func() {
+		go func() {
+			defer close(done)
+			defer m.work.done()
+			if prev != nil {
+				<-prev
+			}
+			if lctx.Err() != nil {
+				return
+			}
+			cb(lctx, l)
+		}()
+	})
 }
 
 // trustEnded is the watchdog of one leadership: it ends it when its trust
 // window passed without a renewal.
 func (g *Group) trustEnded(m *member, c *groupLead) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
+	defer g.unlock()
 	if m.cur == c && !time.Now().Before(c.trustedUntil) {
 		g.stopLocked(m, "trust window passed")
 	} else if m.cur == c {
@@ -938,12 +1388,14 @@ func (g *Group) trustEnded(m *member, c *groupLead) {
 func (g *Group) stopLocked(m *member, reason string) {
 	c := m.cur
 	m.cur = nil
+	g.leading--
 	c.cancel()
 	c.watchdog.Stop()
 	m.e.forget(g.id)
 	g.log.Info("election: stopped leading", "namespace", m.ns, "term", c.lease.Term, "reason", reason)
 	if o := g.base.observer; o != nil {
-		reportStop(o, Leadership{Namespace: m.ns, Candidate: g.id, Lease: c.lease, Tenure: time.Since(c.since)}, reason)
+		ld := Leadership{Namespace: m.ns, Candidate: g.id, Lease: c.lease, Tenure: time.Since(c.since)}
+		g.note(func() { reportStop(o, ld, reason) })
 	}
 	if cb := g.cfg.OnStoppedLeading; cb != nil {
 		l := c.lease
@@ -951,10 +1403,13 @@ func (g *Group) stopLocked(m *member, reason string) {
 	}
 }
 
-func (g *Group) observeAttempt(m *member, start time.Time, l Lease, started bool, err error) {
+// noteAttempt queues the report of an attempt or a round in m's namespace;
+// g.mu is held.
+func (g *Group) noteAttempt(m *member, start time.Time, l Lease, started bool, err error) {
 	o := g.base.observer
 	if o == nil {
 		return
 	}
-	o.Attempt(newAttempt(m.ns, g.id, time.Since(start), l, started, err))
+	a := newAttempt(m.ns, g.id, time.Since(start), l, started, err)
+	g.note(func() { o.Attempt(a) })
 }

@@ -15,10 +15,18 @@ import (
 // the terms given: parameters are the expiry window (a duration), the
 // candidate id, then n pairs of namespace and term. A lease that expired by
 // the database clock, or whose term moved on, is left alone, as in the
-// single renewal: the caller reads the seats afterwards (BatchSeats) to
-// learn which were extended.
+// single renewal. It returns no rows: where the database can say which rows
+// it changed, use BatchRenewReturning; elsewhere (MySQL, MariaDB, TiDB)
+// the caller learns which leases were extended from a reading of the seats
+// that begins after the renewal committed (BatchSeats): a lease it shows
+// held by the candidate in the term renewed, and live by the database
+// clock, is one this statement extended, since a term that left a
+// candidate never comes back to it and only the holder extends a lease.
 func BatchRenew(d Dialect, n int) string {
-	p := d.(pieces)
+	return finish(d, batchRenew(d.(pieces), n))
+}
+
+func batchRenew(p pieces, n int) string {
 	var b strings.Builder
 	b.WriteString("UPDATE election_leaders SET lease_expires_at = " + p.nowPlus() + ", updated_at = " + p.now() +
 		" WHERE leader_id = ? AND lease_expires_at > " + p.now() + " AND (")
@@ -29,7 +37,22 @@ func BatchRenew(d Dialect, n int) string {
 		b.WriteString("(namespace = ? AND term = ?)")
 	}
 	b.WriteString(")")
-	return finish(d, b.String())
+	return b.String()
+}
+
+// BatchRenewReturning is BatchRenew returning one row per lease it
+// extended, and none for a lease it left alone: namespace,
+// lease_expires_at (the new expiry). ok is false on the databases without
+// UPDATE ... RETURNING (MySQL, MariaDB, TiDB), which run BatchRenew
+// instead. A lease is renewed only when this statement says so: a seat
+// vacated by another transaction while the statement waited for its row
+// is skipped and returns nothing.
+func BatchRenewReturning(d Dialect, n int) (q string, ok bool) {
+	switch d.(type) {
+	case postgres, sqlite:
+		return finish(d, batchRenew(d.(pieces), n)+" RETURNING namespace, lease_expires_at"), true
+	}
+	return "", false
 }
 
 // BatchSeats reads the seats of n namespaces with one reading of the
@@ -41,6 +64,44 @@ func BatchSeats(d Dialect, n int) string {
 	p := d.(pieces)
 	return finish(d, "SELECT t.n, l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at FROM (SELECT "+
 		p.now()+" AS n LIMIT 1) t LEFT JOIN election_leaders l ON l.namespace IN ("+marks(n)+")")
+}
+
+// BatchSeatsLive is BatchSeats with, on every row, the number of distinct
+// candidates live in any of the n namespaces, counting the caller once
+// whether or not its rows are live yet: the count Balance needs, read in
+// the same statement. Parameters: the n namespaces, the caller's candidate
+// id, then the n namespaces again. Rows are BatchSeats' columns, then the
+// count.
+func BatchSeatsLive(d Dialect, n int) string {
+	p := d.(pieces)
+	return finish(d, "SELECT t.n, l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at, t.k FROM (SELECT "+
+		p.now()+" AS n, (SELECT COUNT(DISTINCT c.candidate_id) FROM election_candidates c WHERE c.namespace IN ("+marks(n)+
+		") AND c.expires_at > "+p.now()+" AND c.candidate_id <> ?) + 1 AS k LIMIT 1) t LEFT JOIN election_leaders l ON l.namespace IN ("+
+		marks(n)+")")
+}
+
+// Bound parameters a statement may carry: PostgreSQL's wire protocol
+// counts them in 16 bits, and so does MySQL's for prepared statements;
+// SQLite's default SQLITE_MAX_VARIABLE_NUMBER (since 3.32) is 32766.
+const (
+	pgMaxBinds     = 65535
+	mysqlMaxBinds  = 65535
+	sqliteMaxBinds = 32766
+)
+
+// BatchMaxNamespaces is the most namespaces one candidate can serve with
+// the batch statements on d, bounded by the parameters a statement may
+// carry: on PostgreSQL BatchRound's 5 plus two per namespace (a namespace
+// and, when held, its term), 32,765; elsewhere BatchHeartbeat's 8 per
+// namespace, 8,191 on MySQL and MariaDB and 4,095 on SQLite.
+func BatchMaxNamespaces(d Dialect) int {
+	switch d.(type) {
+	case postgres:
+		return (pgMaxBinds - 5) / 2
+	case sqlite:
+		return sqliteMaxBinds / 8
+	}
+	return mysqlMaxBinds / 8
 }
 
 // BatchHeartbeat creates or refreshes n candidate rows, as UpsertAt does
@@ -106,13 +167,21 @@ func BatchRoundNamespaces(q string) (n int, ok bool) {
 // From one reading of the database clock the statement extends the leases
 // of the held terms as BatchRenew does, creates or refreshes the
 // candidate's rows in the n namespaces as BatchHeartbeat does, and reads
-// the n seats as BatchSeats does, each renewed lease with its new expiry.
-// Parameters: the expiry window (a duration), the candidate id, hostname,
-// pid and label; then the n namespaces; then the term of each held lease,
-// in the order of heldAt, which gives each held lease's namespace as an
-// index into the n. Rows are those of BatchSeats; with live, each ends
-// with the number of distinct candidates live in the n namespaces, this
-// one included.
+// the n seats as BatchSeats does. Parameters: the expiry window (a
+// duration), the candidate id, hostname, pid and label; then the n
+// namespaces; then the term of each held lease, in the order of heldAt,
+// which gives each held lease's namespace as an index into the n. Rows are
+// those of BatchSeats, then renewed_expires_at: the new expiry of a lease
+// this statement extended, NULL for every other seat; with live, each row
+// ends with the number of distinct candidates live in the n namespaces,
+// this one included.
+//
+// The seats are read from the statement's snapshot, taken before the
+// renewal touched any row: a seat vacated by a transaction that committed
+// after the snapshot, while the renewal waited for its row lock, still
+// reads as held, and the renewal, which checks the row again once the lock
+// is granted, skips it. Only renewed_expires_at says whether a lease was
+// renewed.
 func BatchRound(d Dialect, n int, heldAt []int, live bool) (q string, ok bool) {
 	if _, ok := d.(postgres); !ok {
 		return "", false
@@ -150,13 +219,12 @@ func BatchRound(d Dialect, n int, heldAt []int, live bool) (q string, ok bool) {
 		b.WriteString(", k AS (SELECT COUNT(DISTINCT candidate_id) + 1 AS n FROM election_candidates, c WHERE namespace IN (" + in +
 			") AND expires_at > c.n AND candidate_id <> $2)")
 	}
-	b.WriteString(" SELECT c.n, s.namespace, s.leader_id, s.term, ")
+	b.WriteString(" SELECT c.n, s.namespace, s.leader_id, s.term, s.lease_expires_at, s.acquired_at, ")
 	if len(heldAt) > 0 {
-		b.WriteString("COALESCE(r.lease_expires_at, s.lease_expires_at)")
+		b.WriteString("r.lease_expires_at")
 	} else {
-		b.WriteString("s.lease_expires_at")
+		b.WriteString("CAST(NULL AS timestamptz)")
 	}
-	b.WriteString(", s.acquired_at")
 	if live {
 		b.WriteString(", k.n")
 	}
