@@ -175,7 +175,7 @@ func TestEdgeWaitOncePerLease(t *testing.T) {
 	tick := 600 * time.Millisecond
 	set := func(expires time.Time, left time.Duration) {
 		el.last = Lease{Namespace: "edge-once", Leader: other, Term: 3, ExpiresAt: expires}
-		e.seen = seatHint{leader: other, until: time.Now().Add(left), ends: time.Now().Add(left)}
+		e.seen = seatHint{leader: other, ends: time.Now().Add(left)}
 	}
 	exp := time.Date(2026, 1, 1, 0, 0, 2, 0, time.UTC)
 	set(exp, 100*time.Millisecond)
@@ -199,7 +199,7 @@ func TestEdgeWaitOncePerLease(t *testing.T) {
 		t.Errorf("a lease that has just ended: edgeWait = %v, %v; want at once", d, ok)
 	}
 	el.last = Lease{Namespace: "edge-once", Leader: el.ID(), Term: 4, ExpiresAt: exp.Add(3 * time.Second)}
-	e.seen = seatHint{leader: el.ID(), until: time.Now().Add(10 * time.Millisecond), ends: time.Now().Add(10 * time.Millisecond)}
+	e.seen = seatHint{leader: el.ID(), ends: time.Now().Add(10 * time.Millisecond)}
 	if d, ok := el.edgeWait(tick); ok {
 		t.Errorf("its own lease: edgeWait = %v, want the tick", d)
 	}

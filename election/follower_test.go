@@ -2,11 +2,15 @@ package election_test
 
 import (
 	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/sqlelect/sqlelect/election"
 	"github.com/sqlelect/sqlelect/internal/testdb"
 )
 
@@ -80,4 +84,114 @@ func TestFollowerDoesNotLockLiveSeat(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLeaderRenewalNeverWaitsOnFollowers: 16 follower Electors, each on a
+// pool of its own as in 16 processes, run rounds every 20 ms while the
+// leader renews its lease every 5 ms on a one-connection pool. A sampler
+// on a third pool asks the server, every millisecond, whether the leader's
+// session is waiting for a lock (PostgreSQL pg_stat_activity, MariaDB
+// INNODB_TRX); the leader's session also has a lock wait limit of its own
+// (lock_timeout 50 ms on PostgreSQL, innodb_lock_wait_timeout 1 s on
+// MariaDB), so a renewal that queues behind a follower fails outright. The
+// lock-wait statistic must be zero: followers of a live lease never lock
+// the seat.
+func TestLeaderRenewalNeverWaitsOnFollowers(t *testing.T) {
+	for _, tg := range testdb.Servers(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			if tg.Name == "postgres" && testdb.TransactionPooler() {
+				t.Skip("a transaction pooler gives the leader no session of its own to watch")
+			}
+			ctx, cancel := context.WithCancel(testCtx(t))
+			defer cancel()
+			ns := testdb.Namespace(t)
+			probe := testdb.Open(t, tg)
+			if testdb.TiDB(t, probe) {
+				t.Skip("TiDB has no per-session lock-wait view like INNODB_TRX's LOCK WAIT")
+			}
+			var (
+				leaderDSN, idQuery, waitQuery string
+			)
+			switch tg.Name {
+			case "postgres":
+				leaderDSN = withParam(tg.DSN, "lock_timeout=50ms")
+				idQuery = "SELECT pg_backend_pid()"
+				waitQuery = "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'"
+			default:
+				leaderDSN = withParam(tg.DSN, "innodb_lock_wait_timeout=1")
+				idQuery = "SELECT CONNECTION_ID()"
+				waitQuery = "SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = ? AND trx_state = 'LOCK WAIT'"
+			}
+			leaderDB := testdb.OpenDSN(t, leaderDSN)
+			testdb.Raw(t, leaderDB).SetMaxOpenConns(1)
+			var session int64
+			must(t, "the leader's session id", testdb.Raw(t, leaderDB).QueryRowContext(ctx, idQuery).Scan(&session))
+			leaderE := mustElection(t, leaderDB, ns, election.WithExpire(2*time.Second))
+			leader := uuid.New()
+			if l, err := leaderE.Elect(ctx, leader); err != nil || !l.HeldBy(leader) {
+				t.Fatalf("leader's Elect: %+v, %v", l, err)
+			}
+
+			var wg sync.WaitGroup
+			const followers = 16
+			for i := 0; i < followers; i++ {
+				e := mustElection(t, testdb.Open(t, tg), ns, election.WithExpire(2*time.Second))
+				el, err := e.NewElector(uuid.New(), election.ElectorConfig{Interval: 20 * time.Millisecond})
+				must(t, "NewElector", err)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if err := el.Run(ctx); err != nil {
+						t.Errorf("follower Run: %v", err)
+					}
+				}()
+			}
+			defer wg.Wait()
+
+			var samples, waits atomic.Int64
+			sampled := make(chan struct{})
+			sctx, stop := context.WithCancel(ctx)
+			go func() {
+				defer close(sampled)
+				raw := testdb.Raw(t, probe)
+				for sctx.Err() == nil {
+					var n int
+					if err := raw.QueryRowContext(sctx, waitQuery, session).Scan(&n); err == nil {
+						samples.Add(1)
+						waits.Add(int64(n))
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}()
+			renewals := 0
+			for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+				l, err := leaderE.Elect(ctx, leader)
+				if err != nil {
+					t.Fatalf("renewal %d: %v", renewals, err)
+				}
+				if !l.HeldBy(leader) {
+					t.Fatalf("renewal %d: the leader lost its seat: %+v", renewals, l)
+				}
+				renewals++
+			}
+			stop()
+			<-sampled
+			cancel()
+			t.Logf("%d renewals beside %d followers; %d samples of the leader's session, %d in a lock wait", renewals, followers, samples.Load(), waits.Load())
+			if samples.Load() < 100 {
+				t.Fatalf("only %d samples of the leader's session: the statistic says nothing", samples.Load())
+			}
+			if waits.Load() != 0 {
+				t.Fatalf("the leader's session waited for a lock in %d of %d samples", waits.Load(), samples.Load())
+			}
+		})
+	}
+}
+
+// withParam adds a query parameter to a URL-form DSN.
+func withParam(dsn, kv string) string {
+	if strings.Contains(dsn, "?") {
+		return dsn + "&" + kv
+	}
+	return dsn + "?" + kv
 }

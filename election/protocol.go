@@ -120,9 +120,13 @@ func (e *Election) campaign(ctx context.Context, id uuid.UUID, yield bool, opts 
 	// read, refreshes its own row, and returns. It takes no lock on the
 	// seat, so it never queues behind the leader's renewal or behind a
 	// transaction holding the seat, and the leader never waits on it. The
-	// unlocked read is tried when the last reading showed such a lease;
-	// otherwise (a first election, a lease about to end) the locked path
-	// is the one that can succeed, and is taken straight away.
+	// unlocked read is tried whenever the last reading showed another
+	// candidate's live lease, even one that should have ended since (its
+	// holder may have renewed it: a follower trying at the lease's edge
+	// must not lock a renewed seat); a lease found ended costs that one
+	// read more. Otherwise (a first election, a seat read vacant, a
+	// handoff wake-up) the locked path is the one that can succeed, and is
+	// taken straight away.
 	if e.heldByAnother(id) {
 		lost := false
 		err := e.autocommit(ctx, "Elect", opts, func(conn gorm.ConnPool, _ bool) error {

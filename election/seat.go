@@ -25,13 +25,12 @@ func (s seat) live() bool { return s.leader != uuid.Nil && s.expires.After(s.now
 
 // seatHint is who held the seat at the last reading and until when, on
 // this process's monotonic clock: the lease's remaining time by the
-// database clock, added to the local time after the reading (until, no
-// earlier than the lease's end) and before it (ends, no later than the
-// lease's end). It only chooses Elect's first step and when an Elector
-// tries at the lease's end; the database clock decides.
+// database clock, added to the local time before the reading was sent
+// (ends, no later than the lease's end). It only chooses Elect's first
+// step and when an Elector tries at the lease's end; the database clock
+// decides.
 type seatHint struct {
 	leader uuid.UUID
-	until  time.Time
 	ends   time.Time
 }
 
@@ -41,7 +40,7 @@ func (e *Election) noteSeat(s seat, sent time.Time) {
 	h := seatHint{}
 	if s.live() {
 		left := s.expires.Sub(s.now)
-		h = seatHint{leader: s.leader, until: time.Now().Add(left), ends: sent.Add(left)}
+		h = seatHint{leader: s.leader, ends: sent.Add(left)}
 	}
 	e.mu.Lock()
 	e.seen = h
@@ -67,12 +66,14 @@ func (e *Election) seatEnds(leader uuid.UUID) (time.Time, bool) {
 	return e.seen.ends, true
 }
 
-// heldByAnother reports whether the last reading of the seat showed a lease
-// of another candidate than id that should still be live.
+// heldByAnother reports whether the last reading of the seat showed a live
+// lease of another candidate than id. That lease may have ended since, or
+// been renewed: Elect reads the seat unlocked first to tell, so that a
+// follower never locks a seat whose lease its holder has renewed.
 func (e *Election) heldByAnother(id uuid.UUID) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.seen.leader != uuid.Nil && e.seen.leader != id && time.Now().Before(e.seen.until)
+	return e.seen.leader != uuid.Nil && e.seen.leader != id
 }
 
 // readSeat reads the leader row with the given lock, and the database
