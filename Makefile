@@ -2,7 +2,7 @@
 # the database-backed parts against PostgreSQL and MySQL/MariaDB too.
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: test test-modules nocgo lint bench bench-tidb bench-scale test-tidb fuzz tidy-check ci
+.PHONY: test test-modules nocgo lint bench bench-core bench-tidb bench-scale test-tidb fuzz tidy-check ci
 
 # Nested modules with their own go.mod (not covered by ./... at the root).
 MODULES = prometheus gocron otel
@@ -24,8 +24,16 @@ lint:
 	go vet ./...
 	go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
-bench:
-	go test -run '^$$' -bench . -benchtime 2000x ./election/
+# The protocol's benchmarks on SQLite, and on PostgreSQL and MySQL/MariaDB
+# when their DSNs are set, then the same on TiDB (bench-tidb).
+bench: bench-core bench-tidb
+
+# BenchmarkIdleLeader's iterations are intervals of a 2 s lease: 15 of them.
+BENCH = go test -run '^$$' -bench 'Protocol|RunToLeading' -benchtime 2000x ./election/ && \
+	go test -run '^$$' -bench IdleLeader -benchtime 15x ./election/
+
+bench-core:
+	$(BENCH)
 
 # TiDB: a server of our own on 14000 (internal/ci/tidb.sh builds it once
 # per machine), the mysql target pointed at it.
@@ -38,7 +46,7 @@ test-tidb:
 
 bench-tidb:
 	internal/ci/tidb.sh start
-	SQLELECT_TEST_ONLY=mysql SQLELECT_MYSQL_DSN='$(TIDB_DSN)' go test -run '^$$' -bench . -benchtime 2000x ./election/; \
+	export SQLELECT_TEST_ONLY=mysql SQLELECT_MYSQL_DSN='$(TIDB_DSN)'; $(BENCH); \
 	  rc=$$?; internal/ci/tidb.sh stop; exit $$rc
 
 # Groups at scale: 1 to 1,000 namespaces, 2 to 32 candidate processes, with
