@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -31,38 +32,69 @@ type common struct {
 	timeout time.Duration
 
 	base *election.Election // the first Election made, checked
+	log  *slog.Logger       // the library's warnings, to stderr
 }
 
-// flags returns a flag set for a command, with the common flags, writing
-// its help (summary, then the flags, then the example) to stderr.
+// flags returns a flag set for a command, with the common flags. Its help
+// (summary, then the flags, then the example) goes to stdout when asked for
+// (-h, --help) and to stderr with a usage error.
 func (e env) flags(name, args, summary, example string, withJSON bool) (*flag.FlagSet, *common) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
-	c := &common{}
+	// The command reports what it did itself; the library's log adds its
+	// warnings (a listener reconnecting).
+	c := &common{log: slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	fs.StringVar(&c.dsn, "dsn", "", "database (default $SQLELECT_DSN): postgres://..., mysql://..., sqlite:PATH, ...")
 	fs.StringVar(&c.schema, "schema", "", "PostgreSQL schema holding the election tables (default: the search path)")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "bound of each database call")
 	if withJSON {
-		fs.BoolVar(&c.json, "json", false, "one JSON object per line")
+		fs.BoolVar(&c.json, "json", false, "one JSON object per line (see JSON fields)")
 	}
 	fs.Usage = func() {
-		fmt.Fprintf(e.stderr, "Usage: sqlelect %s [flags] %s\n\n%s\n\nFlags:\n", name, args, summary)
+		w := fs.Output()
+		fmt.Fprintf(w, "Usage: sqlelect %s [flags] %s\n\n%s\n\nFlags:\n", name, args, summary)
 		fs.PrintDefaults()
-		fmt.Fprintf(e.stderr, "\nExample:\n  %s\n", example)
+		fmt.Fprintf(w, "\nExample:\n  %s\n", example)
 	}
 	return fs, c
 }
 
-// parse parses args; it returns the exit code to return at once, or -1 to
-// go on.
-func parse(fs *flag.FlagSet, args []string) int {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+// parse parses args, flags and arguments in any order (a lone "--" ends
+// the flags). It returns the arguments, and the exit code to return at
+// once, or -1 to go on.
+func (e env) parse(fs *flag.FlagSet, args []string) ([]string, int) {
+	if wantsHelp(args) {
+		fs.SetOutput(e.stdout)
+		fs.Usage()
+		return nil, exitOK
 	}
-	return -1
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, exitUsage
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, -1
+		}
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(pos, rest...), -1
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+}
+
+// wantsHelp reports whether args ask for help before any "--".
+func wantsHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help", "--h":
+			return true
+		}
+	}
+	return false
 }
 
 // open opens the database the flags or the environment name.
@@ -89,7 +121,7 @@ func (c *common) election(ctx context.Context, db *gorm.DB, ns string) (*electio
 	if c.base != nil {
 		return c.base.ForNamespace(ns)
 	}
-	opts := []election.Option{election.WithNamespace(ns)}
+	opts := []election.Option{election.WithNamespace(ns), election.WithLogger(c.log)}
 	if c.schema != "" {
 		opts = append(opts, election.WithSchema(c.schema))
 	}
@@ -142,12 +174,13 @@ func dbNow(ctx context.Context, db *gorm.DB) (time.Time, error) {
 	return now.Time, nil
 }
 
-// local formats a database time in the user's zone; "-" for the zero time.
+// local formats a database time in the user's zone, with its offset from
+// UTC; "-" for the zero time.
 func local(t time.Time) string {
 	if t.IsZero() {
 		return "-"
 	}
-	return t.Local().Format("2006-01-02 15:04:05.000 MST")
+	return t.Local().Format("2006-01-02 15:04:05.000 -07:00")
 }
 
 // jsonTime is a time for JSON: RFC 3339 in UTC, null when zero.
@@ -161,29 +194,36 @@ func jsonTime(t time.Time) *time.Time {
 
 // ---- migrate
 
-func (e env) migrate(ctx context.Context, args []string) int {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprint(e.stderr, `Usage: sqlelect migrate up|status|sql [flags]
+const migrateUsage = `Usage: sqlelect migrate up|status|sql [flags]
 
   up      create or upgrade the election tables (safe to run from several places at once)
   status  the versions applied and pending
   sql     print the plain SQL of every version (--dialect postgres|mysql|sqlite), for other migration tools
 
+Run "sqlelect migrate up --help" (status, sql) for the flags.
+
 Example:
   sqlelect migrate up --dsn 'postgres://app@db:5432/app'
-`)
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+`
+
+func (e env) migrate(ctx context.Context, args []string) int {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		if len(args) > 0 && wantsHelp(args[:1]) {
+			fmt.Fprint(e.stdout, migrateUsage)
 			return exitOK
 		}
+		fmt.Fprint(e.stderr, migrateUsage)
 		return exitUsage
 	}
 	switch args[0] {
 	case "up":
-		fs, c := e.flags("migrate up", "", "Creates or upgrades the election tables.", "sqlelect migrate up --dsn 'postgres://app@db:5432/app'", false)
-		if code := parse(fs, args[1:]); code >= 0 {
+		fs, c := e.flags("migrate up", "", "Creates or upgrades the election tables. Safe to run from several processes at once.",
+			"sqlelect migrate up --dsn 'postgres://app@db:5432/app'", false)
+		pos, code := e.parse(fs, args[1:])
+		if code >= 0 {
 			return code
 		}
-		if fs.NArg() > 0 {
+		if len(pos) > 0 {
 			return e.usageError(fs, "migrate up takes no arguments")
 		}
 		db, err := e.open(c)
@@ -203,9 +243,16 @@ Example:
 		fmt.Fprintln(e.stdout, "the election tables are up to date")
 		return exitOK
 	case "status":
-		fs, c := e.flags("migrate status", "", "Shows the versions of the election tables, applied and pending.", "sqlelect migrate status --json", true)
-		if code := parse(fs, args[1:]); code >= 0 {
+		fs, c := e.flags("migrate status", "",
+			"Shows the versions of the election tables, applied and pending.\n\n"+
+				"JSON fields: version, name, applied (true or false).",
+			"sqlelect migrate status --json", true)
+		pos, code := e.parse(fs, args[1:])
+		if code >= 0 {
 			return code
+		}
+		if len(pos) > 0 {
+			return e.usageError(fs, "migrate status takes no arguments")
 		}
 		db, err := e.open(c)
 		if err != nil {
@@ -219,12 +266,18 @@ Example:
 		d := fs.String("dialect", "", "postgres, mysql or sqlite")
 		down := fs.Bool("down", false, "print the statements that undo each version instead, newest first")
 		fs.Usage = func() {
-			fmt.Fprint(e.stderr, "Usage: sqlelect migrate sql --dialect postgres|mysql|sqlite [--down]\n\nPrints the SQL of every version, for goose, golang-migrate, atlas or by hand.\n\nFlags:\n")
+			w := fs.Output()
+			fmt.Fprint(w, "Usage: sqlelect migrate sql --dialect postgres|mysql|sqlite [--down]\n\n"+
+				"Prints the SQL of every version, for goose, golang-migrate, atlas or by hand. It needs no database.\n\nFlags:\n")
 			fs.PrintDefaults()
-			fmt.Fprint(e.stderr, "\nExample:\n  sqlelect migrate sql --dialect postgres > 0001_sqlelect.sql\n")
+			fmt.Fprint(w, "\nExample:\n  sqlelect migrate sql --dialect postgres > 0001_sqlelect.sql\n")
 		}
-		if code := parse(fs, args[1:]); code >= 0 {
+		pos, code := e.parse(fs, args[1:])
+		if code >= 0 {
 			return code
+		}
+		if len(pos) > 0 {
+			return e.usageError(fs, "migrate sql takes no arguments")
 		}
 		ms, err := migrate.Migrations(*d)
 		if err != nil {
@@ -246,49 +299,36 @@ Example:
 		}
 		return exitOK
 	}
-	fmt.Fprintf(e.stderr, "sqlelect: unknown migrate command %q (want up, status or sql)\n", args[0])
+	fmt.Fprintf(e.stderr, "sqlelect: unknown migrate command %q (want up, status or sql)\n\n%s", args[0], migrateUsage)
 	return exitUsage
 }
 
 func (e env) migrateStatus(ctx context.Context, db *gorm.DB, c *common) int {
-	d, err := dialect.For(db)
-	if err != nil {
-		return e.fail(err)
-	}
-	ms, err := migrate.Migrations(d.Name())
-	if err != nil {
-		return e.fail(err)
-	}
-	applied := map[int64]bool{}
-	q := "SELECT version FROM " + migrate.VersionsTable
+	var opts []migrate.Option
 	if c.schema != "" {
-		q = "SELECT version FROM " + dialect.QuoteSchema(c.schema) + "." + migrate.VersionsTable
+		opts = append(opts, migrate.WithSchema(c.schema))
 	}
 	cctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	rows, err := db.WithContext(cctx).Raw(q).Rows()
-	if err == nil {
-		for rows.Next() {
-			var v int64
-			if err := rows.Scan(&v); err == nil {
-				applied[v] = true
-			}
-		}
-		rows.Close()
+	states, err := migrate.Status(cctx, db, opts...)
+	if err != nil {
+		return e.fail(err)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	if !c.json {
 		fmt.Fprintln(tw, "VERSION\tNAME\tSTATE")
 	}
 	pending := 0
-	for _, m := range ms {
+	for _, m := range states {
 		state := "applied"
-		if !applied[m.Version] {
+		if !m.Applied {
 			state = "pending"
 			pending++
 		}
 		if c.json {
-			_ = writeJSON(e.stdout, map[string]any{"version": m.Version, "name": m.Name, "applied": applied[m.Version]})
+			if err := writeJSON(e.stdout, migrationRow{Version: m.Version, Name: m.Name, Applied: m.Applied}); err != nil {
+				return e.fail(err)
+			}
 		} else {
 			fmt.Fprintf(tw, "%d\t%s\t%s\n", m.Version, m.Name, state)
 		}
@@ -298,6 +338,13 @@ func (e env) migrateStatus(ctx context.Context, db *gorm.DB, c *common) int {
 		fmt.Fprintf(e.stdout, "%d pending: run `sqlelect migrate up`\n", pending)
 	}
 	return exitOK
+}
+
+// migrationRow is one version in migrate status --json.
+type migrationRow struct {
+	Version int64  `json:"version"`
+	Name    string `json:"name"`
+	Applied bool   `json:"applied"`
 }
 
 // ---- status
@@ -363,10 +410,15 @@ func (e env) readStatus(ctx context.Context, db *gorm.DB, c *common, ns string) 
 
 func (e env) status(ctx context.Context, args []string) int {
 	fs, c := e.flags("status", "[namespace...]",
-		"Shows each namespace's leader (id and identity), term, the lease left by the database clock, and its live candidates.\nWithout namespaces, every namespace in the tables.",
+		"Shows each namespace's leader (id and identity: host/pid [label]), term, the lease left by the database\n"+
+			"clock, and how many live candidates it has. Without namespaces, every namespace in the tables.\n\n"+
+			"JSON fields: namespace, leader (null when vacant), term, hostname, pid, label, acquired_at, expires_at\n"+
+			"(RFC 3339, UTC), lease_remaining_ms, candidates.\n\n"+
+			"With --require-leader it exits 1 when a namespace shown has no leader, for scripts and cron checks.",
 		"sqlelect status --require-leader scheduler reaper", true)
-	requireLeader := fs.Bool("require-leader", false, "exit 1 when a namespace shown has no leader (for scripts and cron checks)")
-	if code := parse(fs, args); code >= 0 {
+	requireLeader := fs.Bool("require-leader", false, "exit 1 when a namespace shown has no leader")
+	nss, code := e.parse(fs, args)
+	if code >= 0 {
 		return code
 	}
 	db, err := e.open(c)
@@ -374,8 +426,7 @@ func (e env) status(ctx context.Context, args []string) int {
 		return e.fail(err)
 	}
 	defer closeDB(db)
-	nss, err := e.namespaces(ctx, db, c, fs.Args())
-	if err != nil {
+	if nss, err = e.namespaces(ctx, db, c, nss); err != nil {
 		return e.fail(err)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
@@ -393,7 +444,9 @@ func (e env) status(ctx context.Context, args []string) int {
 			leaderless++
 		}
 		if c.json {
-			_ = writeJSON(e.stdout, r)
+			if err := writeJSON(e.stdout, r); err != nil {
+				return e.fail(err)
+			}
 			continue
 		}
 		if r.Leader == nil {
@@ -430,15 +483,20 @@ type candidateRow struct {
 }
 
 func (e env) candidates(ctx context.Context, args []string) int {
-	fs, c := e.flags("candidates", "NAMESPACE", "Lists the live candidates of a namespace; the leader is marked.",
+	fs, c := e.flags("candidates", "NAMESPACE",
+		"Lists the live candidates of a namespace, the leader marked, with their first registration and last\n"+
+			"heartbeat in the local time zone.\n\n"+
+			"JSON fields: namespace, id, hostname, pid, label, leader (true or false), registered_at,\n"+
+			"last_heartbeat_at, expires_at (RFC 3339, UTC).",
 		"sqlelect candidates scheduler --json", true)
-	if code := parse(fs, args); code >= 0 {
+	pos, code := e.parse(fs, args)
+	if code >= 0 {
 		return code
 	}
-	if fs.NArg() != 1 {
+	if len(pos) != 1 {
 		return e.usageError(fs, "candidates takes one namespace")
 	}
-	ns := fs.Arg(0)
+	ns := pos[0]
 	db, err := e.open(c)
 	if err != nil {
 		return e.fail(err)
@@ -460,12 +518,14 @@ func (e env) candidates(ctx context.Context, args []string) int {
 	}
 	for _, ci := range cands {
 		if c.json {
-			_ = writeJSON(e.stdout, candidateRow{Namespace: ns, ID: ci.ID, Hostname: ci.Identity.Hostname, PID: ci.Identity.PID,
+			if err := writeJSON(e.stdout, candidateRow{Namespace: ns, ID: ci.ID, Hostname: ci.Identity.Hostname, PID: ci.Identity.PID,
 				Label: ci.Identity.Label, Leader: ci.Leader, RegisteredAt: jsonTime(ci.RegisteredAt),
-				LastHeartbeatAt: jsonTime(ci.LastHeartbeatAt), ExpiresAt: jsonTime(ci.ExpiresAt)})
+				LastHeartbeatAt: jsonTime(ci.LastHeartbeatAt), ExpiresAt: jsonTime(ci.ExpiresAt)}); err != nil {
+				return e.fail(err)
+			}
 			continue
 		}
-		mark := ""
+		mark := "-"
 		if ci.Leader {
 			mark = "yes"
 		}
@@ -493,19 +553,25 @@ type termRow struct {
 }
 
 func (e env) history(ctx context.Context, args []string) int {
-	fs, c := e.flags("history", "NAMESPACE", "Lists the recent terms of a namespace, newest first: who led, from when to when, and how each ended.",
+	fs, c := e.flags("history", "NAMESPACE",
+		"Lists the recent terms of a namespace, newest first: who led, from when to when (local time zone),\n"+
+			"and how each ended: resigned, unregistered, expired, or vacated (by an operator). A lease that lapsed\n"+
+			"shows as running until the next term is granted.\n\n"+
+			"JSON fields: namespace, term, leader, hostname, pid, label, acquired_at, ended_at (RFC 3339, UTC;\n"+
+			"null while running), end_reason (\"\" while running).",
 		"sqlelect history scheduler --limit 5", true)
 	limit := fs.Int("limit", 20, "how many terms")
-	if code := parse(fs, args); code >= 0 {
+	pos, code := e.parse(fs, args)
+	if code >= 0 {
 		return code
 	}
-	if fs.NArg() != 1 {
+	if len(pos) != 1 {
 		return e.usageError(fs, "history takes one namespace")
 	}
 	if *limit < 1 {
 		return e.usageError(fs, "--limit must be at least 1")
 	}
-	ns := fs.Arg(0)
+	ns := pos[0]
 	db, err := e.open(c)
 	if err != nil {
 		return e.fail(err)
@@ -527,9 +593,11 @@ func (e env) history(ctx context.Context, args []string) int {
 	}
 	for _, t := range terms {
 		if c.json {
-			_ = writeJSON(e.stdout, termRow{Namespace: ns, Term: t.Term, Leader: t.Leader, Hostname: t.Identity.Hostname,
+			if err := writeJSON(e.stdout, termRow{Namespace: ns, Term: t.Term, Leader: t.Leader, Hostname: t.Identity.Hostname,
 				PID: t.Identity.PID, Label: t.Identity.Label, AcquiredAt: jsonTime(t.AcquiredAt), EndedAt: jsonTime(t.EndedAt),
-				EndReason: string(t.EndReason)})
+				EndReason: string(t.EndReason)}); err != nil {
+				return e.fail(err)
+			}
 			continue
 		}
 		ended := string(t.EndReason)
@@ -547,20 +615,42 @@ func (e env) history(ctx context.Context, args []string) int {
 
 // ---- resign
 
+// resignRow is the JSON form of resign's outcome.
+type resignRow struct {
+	Namespace string `json:"namespace"`
+	// Vacated is true when the term was ended.
+	Vacated bool `json:"vacated"`
+	// Leader and Term are the lease that was confirmed (and, when Vacated,
+	// ended); null and 0 when the seat was vacant.
+	Leader *uuid.UUID `json:"leader"`
+	Term   int64      `json:"term"`
+	// CurrentLeader and CurrentTerm are the seat's holder when the seat had
+	// moved on and nothing was changed; null and 0 otherwise.
+	CurrentLeader *uuid.UUID `json:"current_leader"`
+	CurrentTerm   int64      `json:"current_term"`
+}
+
 func (e env) resign(ctx context.Context, args []string) int {
 	fs, c := e.flags("resign", "NAMESPACE",
-		"Vacates a namespace's seat as an operator. The leader's term ends at once: its Guard fails, its Elector steps down\n"+
-			"at its next renewal, and the seat goes to whichever candidate elects first, in a new term. The history\n"+
-			"records the term as vacated. Asks for confirmation unless --yes.",
+		"Vacates a namespace's seat as an operator. It shows the leader and its term and asks for confirmation\n"+
+			"(unless --yes), then ends exactly that term: if the seat has moved on meanwhile (another term began),\n"+
+			"it says so, changes nothing and exits 1. Once the term has ended, the old leader's Guard fails at\n"+
+			"once and its Elector stops leading at its next renewal; the other candidates are woken (PostgreSQL,\n"+
+			"SQLite on Linux) or try at their next tick, and one of them takes the seat in a new term. The old\n"+
+			"leader sits out one interval first, so it takes the seat back only when no other candidate is live.\n"+
+			"The history records the term as vacated.\n\n"+
+			"JSON fields: namespace, vacated (true or false), leader, term (the lease confirmed; null and 0 when\n"+
+			"there was no leader), current_leader, current_term (the seat's holder when it had moved on).",
 		"sqlelect resign scheduler --yes", true)
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
-	if code := parse(fs, args); code >= 0 {
+	pos, code := e.parse(fs, args)
+	if code >= 0 {
 		return code
 	}
-	if fs.NArg() != 1 {
+	if len(pos) != 1 {
 		return e.usageError(fs, "resign takes one namespace")
 	}
-	ns := fs.Arg(0)
+	ns := pos[0]
 	db, err := e.open(c)
 	if err != nil {
 		return e.fail(err)
@@ -571,43 +661,63 @@ func (e env) resign(ctx context.Context, args []string) int {
 		return e.fail(err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
 	info, err := el.LeaderInfo(cctx)
+	cancel()
 	if err != nil {
 		return e.fail(err)
 	}
-	if info.Lease.Vacant() {
+	lease := info.Lease
+	if lease.Vacant() {
 		if c.json {
-			_ = writeJSON(e.stdout, map[string]any{"namespace": ns, "vacated": false})
-		} else {
-			fmt.Fprintf(e.stdout, "%q has no leader; nothing to do\n", ns)
+			return e.writeOrFail(resignRow{Namespace: ns})
 		}
+		fmt.Fprintf(e.stdout, "%q has no leader; nothing changed\n", ns)
 		return exitOK
 	}
 	if !*yes {
-		fmt.Fprintf(e.stderr, "Vacate %q, led by %s (%s) in term %d? [y/N] ", ns, info.Lease.Leader, info.Identity, info.Lease.Term)
+		// Confirmation takes as long as the operator likes: no timeout here.
+		fmt.Fprintf(e.stderr, "Vacate %q, led by %s (%s) in term %d? [y/N] ", ns, lease.Leader, info.Identity, lease.Term)
 		line, _ := bufio.NewReader(e.stdin).ReadString('\n')
 		if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
 			fmt.Fprintln(e.stderr, "sqlelect: not confirmed; nothing changed")
 			return exitError
 		}
 	}
-	l, err := el.VacateSeat(cctx)
+	cctx, cancel = context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	l, err := el.VacateLease(cctx, lease)
+	if errors.Is(err, election.ErrNotLeader) {
+		now, nerr := el.LeaderInfo(cctx)
+		if nerr != nil {
+			return e.fail(nerr)
+		}
+		row := resignRow{Namespace: ns, Leader: &lease.Leader, Term: lease.Term}
+		desc := "no leader now"
+		if cur := now.Lease; !cur.Vacant() {
+			row.CurrentLeader, row.CurrentTerm = &cur.Leader, cur.Term
+			desc = fmt.Sprintf("now led by %s (%s) in term %d", cur.Leader, now.Identity, cur.Term)
+		}
+		if c.json {
+			_ = writeJSON(e.stdout, row)
+		}
+		fmt.Fprintf(e.stderr, "sqlelect: the seat of %q moved on: term %d of %s is over, %s; nothing changed\n", ns, lease.Term, lease.Leader, desc)
+		return exitError
+	}
 	if err != nil {
 		return e.fail(err)
 	}
 	if c.json {
-		out := map[string]any{"namespace": ns, "vacated": !l.Vacant()}
-		if !l.Vacant() {
-			out["leader"], out["term"] = l.Leader, l.Term
-		}
-		_ = writeJSON(e.stdout, out)
-		return exitOK
+		return e.writeOrFail(resignRow{Namespace: ns, Vacated: true, Leader: &l.Leader, Term: l.Term})
 	}
-	if l.Vacant() {
-		fmt.Fprintf(e.stdout, "%q had no leader by then; nothing changed\n", ns)
-		return exitOK
+	fmt.Fprintf(e.stdout, "vacated %q: term %d of %s (%s) has ended; another live candidate takes the seat in term %d or later\n"+
+		"(the old leader takes it back only if no other candidate is live)\n", ns, l.Term, l.Leader, info.Identity, l.Term+1)
+	return exitOK
+}
+
+// writeOrFail writes v as a JSON line and returns exitOK, or the error.
+func (e env) writeOrFail(v any) int {
+	if err := writeJSON(e.stdout, v); err != nil {
+		return e.fail(err)
 	}
-	fmt.Fprintf(e.stdout, "vacated %q: term %d of %s ended; the next candidate to elect takes term %d or later\n", ns, l.Term, l.Leader, l.Term+1)
 	return exitOK
 }

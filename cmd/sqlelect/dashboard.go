@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -14,15 +15,20 @@ import (
 func (e env) dashboard(ctx context.Context, args []string) int {
 	fs, c := e.flags("dashboard", "",
 		"Serves a live web page of every namespace: its leader, lease countdown, candidates and recent terms.\n"+
-			"Read-only unless --allow-resign; the page polls api/state, which serves the same data as JSON.",
+			"The page polls api/state, which serves the same data as JSON. Read-only unless --allow-resign, which\n"+
+			"adds a resign button that ends the term shown (as `sqlelect resign` does). The dashboard has no\n"+
+			"authentication: the button is protected only by a same-origin check and a CSRF token, so anyone who\n"+
+			"can load the page can vacate seats. Serve it only to trusted operators (the default listens on the\n"+
+			"loopback address; put it behind your own authentication to expose it further).",
 		"sqlelect dashboard --listen 127.0.0.1:8080", false)
 	listen := fs.String("listen", "127.0.0.1:8080", "address to serve on")
-	allowResign := fs.Bool("allow-resign", false, "show a resign button on each led namespace (same-origin POST with a CSRF token)")
+	allowResign := fs.Bool("allow-resign", false, "show a resign button on each led namespace (no authentication: same-origin POST with a CSRF token)")
 	refresh := fs.Duration("refresh", time.Second, "how often the page polls")
-	if code := parse(fs, args); code >= 0 {
+	pos, code := e.parse(fs, args)
+	if code >= 0 {
 		return code
 	}
-	if fs.NArg() > 0 {
+	if len(pos) > 0 {
 		return e.usageError(fs, "dashboard takes no arguments")
 	}
 	db, err := e.open(c)
@@ -30,7 +36,8 @@ func (e env) dashboard(ctx context.Context, args []string) int {
 		return e.fail(err)
 	}
 	defer closeDB(db)
-	opts := []dashboard.Option{dashboard.WithRefresh(*refresh)}
+	// The server's log: seats vacated through the page, database errors.
+	opts := []dashboard.Option{dashboard.WithRefresh(*refresh), dashboard.WithLogger(slog.New(slog.NewTextHandler(e.stderr, nil)))}
 	if c.schema != "" {
 		opts = append(opts, dashboard.WithSchema(c.schema))
 	}

@@ -10,9 +10,11 @@
 //	sqlelect resign scheduler
 //
 // The database comes from --dsn or SQLELECT_DSN, in any form session.Open
-// accepts. Every read command takes --json (one JSON object per line).
-// Exit codes: 0 success, 1 an error (or, with status --require-leader, a
-// namespace without a leader), 2 a usage error.
+// accepts. Every read command takes --json (one JSON object per line; each
+// command's help lists its fields). Times are shown in the local time zone
+// (JSON: RFC 3339 in UTC). Exit codes: 0 success, 1 an error (also: status
+// --require-leader and a namespace without a leader; resign not confirmed,
+// or the seat moved on before it was vacated), 2 a usage error.
 package main
 
 import (
@@ -90,14 +92,15 @@ Commands:
   candidates NAMESPACE    the live candidates of a namespace
   history NAMESPACE       the recent terms of a namespace, newest first
   watch [namespace...]    print leadership changes and candidates joining and leaving until interrupted
-  resign NAMESPACE        vacate a namespace's seat (the leader's term ends; another candidate takes over)
+  resign NAMESPACE        end the leader's term, once confirmed; another live candidate takes the seat
   dashboard               serve a live web page of every namespace (--listen 127.0.0.1:8080)
 
 The database comes from --dsn or $SQLELECT_DSN (postgres://..., mysql://...,
 sqlite:PATH, or any other form session.Open accepts). Read commands take
---json: one JSON object per line. Run "sqlelect help <command>" for its flags
-and an example.
+--json: one JSON object per line. Times are in the local time zone (JSON:
+RFC 3339, UTC). Run "sqlelect help <command>" for its flags, JSON fields and
+an example.
 
-Exit codes: 0 success, 1 error (status --require-leader: a namespace without
-a leader), 2 usage.
+Exit codes: 0 success; 1 error (also: status --require-leader and a namespace
+without a leader; resign not confirmed, or the seat moved on); 2 usage.
 `

@@ -32,14 +32,32 @@ type nsState struct {
 	candidates map[uuid.UUID]election.CandidateInfo
 }
 
+// followUps are when watch reads a namespace again after being told that
+// its seat was vacated: the candidates woken by the vacancy usually take
+// the seat within milliseconds, and the second reading catches a slower
+// grant before the next poll.
+var followUps = []time.Duration{100 * time.Millisecond, time.Second}
+
+// followUpSlack is how close two follow-ups of a namespace may be: a
+// wake-up whose follow-ups fall within it of those already due adds none.
+const followUpSlack = 50 * time.Millisecond
+
 func (e env) watch(ctx context.Context, args []string) int {
 	fs, c := e.flags("watch", "[namespace...]",
-		"Prints leadership changes (leader, vacant) and candidates joining and leaving, one line each, until interrupted.\n"+
-			"It reads the tables every --interval; the first lines show each namespace's current leader.\n"+
-			"Without namespaces, every namespace in the tables, including those that appear later.",
+		"Prints leadership changes (leader, vacant) and candidates joining and leaving, one line each, until\n"+
+			"interrupted. The first lines show each namespace's current leader. Without namespaces, every\n"+
+			"namespace in the tables, including those that appear later.\n\n"+
+			"It reads the tables every --interval. Where the database wakes candidates in other processes at a\n"+
+			"handoff (PostgreSQL through LISTEN/NOTIFY, SQLite on Linux through a file beside the database), watch\n"+
+			"is also told at once when a seat is vacated, and reads that namespace at once and again shortly after,\n"+
+			"to catch the new grant; grants after a lapsed lease, and candidates joining and leaving, are seen at\n"+
+			"the next reading. A line on stderr says which applies.\n\n"+
+			"JSON fields: time (RFC 3339, UTC), namespace, event (leader, vacant, joined, left); leader and term\n"+
+			"for leader; candidate for joined and left; hostname, pid, label of the leader or candidate.",
 		"sqlelect watch scheduler reaper --json", true)
-	interval := fs.Duration("interval", 500*time.Millisecond, "how often to read the tables")
-	if code := parse(fs, args); code >= 0 {
+	interval := fs.Duration("interval", time.Second, "how often to read the tables")
+	named, code := e.parse(fs, args)
+	if code >= 0 {
 		return code
 	}
 	if *interval < 10*time.Millisecond {
@@ -50,55 +68,155 @@ func (e env) watch(ctx context.Context, args []string) int {
 		return e.fail(err)
 	}
 	defer closeDB(db)
-	named := fs.Args()
-	states := map[string]*nsState{}
-	elections := map[string]*election.Election{}
+	base, err := c.election(ctx, db, election.DefaultNamespace)
+	if err != nil {
+		return e.fail(err)
+	}
+	w := &watcher{env: e, db: db, c: c, named: named, states: map[string]*nsState{}, elections: map[string]*election.Election{}}
+	// Subscribe before the first reading, so that no vacancy falls between.
+	wake, err := base.WatchVacancies(ctx)
+	if ctx.Err() != nil {
+		return exitOK
+	}
+	if err := w.readAll(ctx); err != nil {
+		return w.fail(ctx, err)
+	}
+	if err != nil {
+		fmt.Fprintf(e.stderr, "sqlelect: watch: reading the tables every %v (not told of changes: %v)\n", *interval, err)
+	} else {
+		fmt.Fprintf(e.stderr, "sqlelect: watch: told of vacated seats by the database; reading the tables every %v as well\n", *interval)
+	}
 	tick := time.NewTicker(*interval)
 	defer tick.Stop()
+	var due []followUp // sorted by at
+	later := time.NewTimer(time.Hour)
+	later.Stop()
+	defer later.Stop()
+	schedule := func(ns string) {
+		now := time.Now()
+		for _, d := range followUps {
+			at := now.Add(d)
+			// Wake-ups in a burst share their follow-ups.
+			if !slices.ContainsFunc(due, func(f followUp) bool { return f.ns == ns && f.at.Sub(at).Abs() < followUpSlack }) {
+				due = append(due, followUp{at: at, ns: ns})
+			}
+		}
+		slices.SortStableFunc(due, func(a, b followUp) int { return a.at.Compare(b.at) })
+		later.Reset(time.Until(due[0].at))
+	}
 	for {
-		nss, err := e.namespaces(ctx, db, c, named)
-		if err != nil {
-			if ctx.Err() != nil {
-				return exitOK
-			}
-			return e.fail(err)
-		}
-		for _, ns := range nss {
-			if err := e.watchOne(ctx, db, c, ns, states, elections); err != nil {
-				if ctx.Err() != nil {
-					return exitOK
-				}
-				return e.fail(fmt.Errorf("namespace %q: %w", ns, err))
-			}
-		}
+		var err error
 		select {
 		case <-ctx.Done():
 			return exitOK
 		case <-tick.C:
+			err = w.readAll(ctx)
+		case ns, ok := <-wake:
+			if !ok {
+				wake = nil
+				if ctx.Err() == nil {
+					fmt.Fprintf(e.stderr, "sqlelect: watch: no longer told of changes; reading the tables every %v\n", *interval)
+				}
+				continue
+			}
+			if err = w.read(ctx, ns); err == nil {
+				schedule(ns)
+			}
+		case <-later.C:
+			now := time.Now()
+			var nss []string
+			for len(due) > 0 && !due[0].at.After(now) {
+				if !slices.Contains(nss, due[0].ns) {
+					nss = append(nss, due[0].ns)
+				}
+				due = due[1:]
+			}
+			if len(due) > 0 {
+				later.Reset(time.Until(due[0].at))
+			}
+			for _, ns := range nss {
+				if err = w.read(ctx, ns); err != nil {
+					break
+				}
+			}
+		}
+		if err != nil {
+			return w.fail(ctx, err)
 		}
 	}
 }
 
-// watchOne reads one namespace and prints what changed since the last
-// reading.
-func (e env) watchOne(ctx context.Context, db *gorm.DB, c *common, ns string, states map[string]*nsState, elections map[string]*election.Election) error {
-	el := elections[ns]
-	if el == nil {
-		var err error
-		if el, err = c.election(ctx, db, ns); err != nil {
+// followUp is a reading watch has scheduled: ns, or every namespace when
+// ns is "".
+type followUp struct {
+	at time.Time
+	ns string
+}
+
+// watcher is what watch knows of the namespaces it follows.
+type watcher struct {
+	env
+	db        *gorm.DB
+	c         *common
+	named     []string // the namespaces to follow; every one when empty
+	states    map[string]*nsState
+	elections map[string]*election.Election
+}
+
+// fail ends watch: quietly when interrupted.
+func (w *watcher) fail(ctx context.Context, err error) int {
+	if ctx.Err() != nil {
+		return exitOK
+	}
+	return w.env.fail(err)
+}
+
+// readAll reads every namespace followed.
+func (w *watcher) readAll(ctx context.Context) error {
+	nss, err := w.namespaces(ctx, w.db, w.c, w.named)
+	if err != nil {
+		return err
+	}
+	for _, ns := range nss {
+		if err := w.readOne(ctx, ns); err != nil {
 			return err
 		}
-		elections[ns] = el
+	}
+	return nil
+}
+
+// read reads ns if it is followed, or every namespace when ns is "".
+func (w *watcher) read(ctx context.Context, ns string) error {
+	if ns == "" {
+		return w.readAll(ctx)
+	}
+	if len(w.named) > 0 && !slices.Contains(w.named, ns) {
+		return nil
+	}
+	return w.readOne(ctx, ns)
+}
+
+// readOne reads one namespace and prints what changed since the last
+// reading.
+func (w *watcher) readOne(ctx context.Context, ns string) error {
+	e, c, states := w.env, w.c, w.states
+	el := w.elections[ns]
+	if el == nil {
+		var err error
+		if el, err = c.election(ctx, w.db, ns); err != nil {
+			return fmt.Errorf("namespace %q: %w", ns, err)
+		}
+		w.elections[ns] = el
 	}
 	cctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	info, err := el.LeaderInfo(cctx)
 	if err != nil {
-		return err
+		return fmt.Errorf("namespace %q: %w", ns, err)
 	}
 	cands, err := el.Candidates(cctx)
 	if err != nil {
-		return err
+		return fmt.Errorf("namespace %q: %w", ns, err)
 	}
 	now := time.Now()
 	prev, seen := states[ns]
