@@ -1,0 +1,632 @@
+package dialect
+
+// Handoff wake-ups on MySQL, MariaDB and TiDB, which have no NOTIFY.
+//
+// What the servers offer for one session to interrupt another is KILL QUERY
+// <connection id>: it ends the statement the session is running, and a user
+// may kill the statements of its own sessions without any privilege. So a
+// listener is one connection of the pool that waits in SELECT SLEEP(n) (n =
+// myWaitSeconds, then again), and Notify, inside the vacating transaction,
+// finds the connection ids of the listeners of its channel in one statement
+// and interrupts their waits. A woken listener calls fn("") ("any
+// namespace": the interruption carries no payload, so every candidate of
+// the pool that is not leading runs one round) and waits again. The
+// candidates it wakes take the seat's row lock, so they wait for the
+// vacating transaction to end, as after a local wake-up, and then see the
+// vacant seat; after a rollback they find it held and have spent one round.
+//
+// How Notify finds the listeners:
+//
+//   - MySQL and MariaDB: a listener holds one of mySlotCount user-level
+//     locks, GET_LOCK('<name>:<crc32 of DATABASE()>:<slot>', 0), taking the
+//     lowest free one, for as long as it listens; Notify reads the holder of
+//     every slot with IS_USED_LOCK (the connection id) in one statement,
+//     about 0.3 ms for 64 slots on MariaDB 10.11. The server releases a
+//     lock when its session ends, so a listener whose connection dies frees
+//     its slot. When every slot is taken, Listen returns ErrCannotListen
+//     and that pool's candidates wait for their tick.
+//   - TiDB: IS_USED_LOCK does not name the holder there (it returns 1 after
+//     waiting about a second for a lock another session holds), so a
+//     listener is found by its waiting statement, which carries the same
+//     name as a literal, in information_schema.CLUSTER_PROCESSLIST (about
+//     1.4 ms on one tidb-server). TiDB ends the whole session when KILL
+//     QUERY reaches it between two statements: a listener that loses its
+//     connection that way after it was woken takes a new one at once and
+//     wakes every namespace.
+//
+// The name holds the channel and the current database, so that two
+// applications on one server, or two schemas, do not wake each other. A
+// Galera node's locks are its own: a wake-up reaches the listeners
+// connected to the same node, the others wait for their tick.
+//
+// Listeners in this process (any pool) are not interrupted: Notify hands
+// them the payload directly, so that they wake only the namespace it names
+// and never the candidate that vacated (which, woken, could take the seat
+// back before the others).
+//
+// Each wake-up is a hint, and harmless when it fails: Notify ignores every
+// error (a KILL refused because the listener's pool connects as another
+// user, a connection id that no longer exists: the id is read a moment
+// before the KILL, and servers do not reuse ids until they wrap), and a KILL that comes while
+// a listener is between two waits is lost on MySQL and MariaDB (a window of
+// one round trip after each wake-up, when the listener has just woken every
+// namespace). Candidates that missed one find the vacant seat at their tick.
+//
+// Listen first checks, with a lock and a statement of its own that no
+// Notify looks for, that the pool's connections can do all this: that
+// another connection finds this one (IS_USED_LOCK names it; on TiDB the
+// process list shows its statement) and that a KILL QUERY sent through it
+// interrupts the wait. When they cannot (a function or table the engine
+// lacks, a proxy whose connection ids are not the server's, a KILL
+// refused), Listen returns ErrCannotListen saying why, and the caller
+// polls. It claims a slot only then, and calls ready once its first wait
+// is sent.
+//
+// Other ways were weighed and left: a leader holding a lock that followers
+// wait for with GET_LOCK needs a connection per seat held, and wakes only
+// namespaces whose candidates wait on it; a table of notifications polled by
+// listeners is polling; waiting on a row lock the vacating transaction takes
+// needs a table of its own and a connection per waiter.
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	drv "github.com/go-sql-driver/mysql"
+	"gorm.io/gorm"
+)
+
+var _ Notifier = mysql{}
+
+// Tunables, variables for the tests.
+var (
+	// mySlotCount is the number of wake-up slots per channel and database
+	// on a MySQL or MariaDB server: how many pools (processes) may listen
+	// at once.
+	mySlotCount = 64
+	// myWaitSeconds is the length of one wait; a listener then waits again.
+	// It also bounds how long a slot stays taken after a listener's
+	// process dies without its socket being closed by the kernel.
+	myWaitSeconds = 30
+	// myProbeTimeout bounds Listen's check that a KILL QUERY interrupts the
+	// wait; on a direct connection it takes a millisecond or two.
+	myProbeTimeout = 3 * time.Second
+	// myStopTimeout bounds the KILL that ends a listener's session when it
+	// stops.
+	myStopTimeout = 2 * time.Second
+)
+
+// HoldsListenConn is true: a listener keeps one connection waiting.
+func (mysql) HoldsListenConn() bool { return true }
+
+// myName is what the lock names and the waiting statement start with for
+// channel: the channel itself when it is short and plain (as package
+// election's are), otherwise a hash of it. With ':', the crc32 of the
+// database name (10 digits at most), ':' and a slot number, a lock name
+// stays within MySQL's 64 characters.
+func myName(channel string) string {
+	plain := len(channel) > 0 && len(channel) <= 40
+	for i := 0; plain && i < len(channel); i++ {
+		c := channel[i]
+		plain = c == '_' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+	}
+	if plain {
+		return channel
+	}
+	h := fnv.New64a()
+	h.Write([]byte(channel))
+	return fmt.Sprintf("sqlelect_%016x", h.Sum64())
+}
+
+// myPrefix is the SQL of the name's prefix on the current connection:
+// name:crc32(database):, from one bound argument, the name.
+const myPrefix = "(SELECT CONCAT(?, ':', CRC32(COALESCE(DATABASE(), '')), ':') AS p) x"
+
+// myWaitSQL is the statement a listener with prefix p waits in. It carries
+// p, so that TiDB's Notify finds it in the process list (and an operator
+// sees what it is).
+func myWaitSQL(p string) string {
+	return fmt.Sprintf("SELECT SLEEP(%d), '%s'", myWaitSeconds, p)
+}
+
+// myUsedSQL reads the connection id, the prefix and the holder of every
+// slot.
+func myUsedSQL() string { return mySlotsSQL("IS_USED_LOCK") }
+
+// myFreeSQL reads the connection id, the prefix, and whether each slot is
+// free.
+func myFreeSQL() string { return mySlotsSQL("IS_FREE_LOCK") }
+
+func mySlotsSQL(fn string) string {
+	var b strings.Builder
+	b.WriteString("SELECT CONNECTION_ID(), x.p")
+	for i := range mySlotCount {
+		fmt.Fprintf(&b, ", %s(CONCAT(x.p, %d))", fn, i)
+	}
+	b.WriteString(" FROM " + myPrefix)
+	return b.String()
+}
+
+// tidbListenersSQL reads the prefix and the connection ids of the
+// statements waiting with it, on every tidb-server of the cluster.
+const tidbListenersSQL = "SELECT x.p, pl.ID FROM " + myPrefix +
+	" LEFT JOIN information_schema.CLUSTER_PROCESSLIST pl ON pl.INFO LIKE CONCAT('SELECT SLEEP(%), ''', x.p, '''')"
+
+// myHolder is one listener Notify found: its connection id, and its slot
+// (-1 on TiDB).
+type myHolder struct {
+	id   int64
+	slot int
+}
+
+// listeners returns the prefix of channel's names on conn and the
+// listeners found.
+func (d mysql) listeners(ctx context.Context, conn interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}, name string) (string, []myHolder, error) {
+	if d.tidb {
+		rows, err := conn.QueryContext(ctx, tidbListenersSQL, name)
+		if err != nil {
+			return "", nil, err
+		}
+		defer rows.Close()
+		var (
+			p  string
+			hs []myHolder
+		)
+		for rows.Next() {
+			var id sql.NullInt64
+			if err := rows.Scan(&p, &id); err != nil {
+				return "", nil, err
+			}
+			if id.Valid {
+				hs = append(hs, myHolder{id: id.Int64, slot: -1})
+			}
+		}
+		return p, hs, rows.Err()
+	}
+	rows, err := conn.QueryContext(ctx, myUsedSQL(), name)
+	if err != nil {
+		return "", nil, err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return "", nil, err
+		}
+		return "", nil, errors.New("mysql notification: no row")
+	}
+	var (
+		self  int64
+		p     string
+		slots = make([]sql.NullInt64, mySlotCount)
+		dest  = []any{&self, &p}
+	)
+	for i := range slots {
+		dest = append(dest, &slots[i])
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return "", nil, err
+	}
+	var hs []myHolder
+	for i, s := range slots {
+		if s.Valid && s.Int64 != 0 {
+			hs = append(hs, myHolder{id: s.Int64, slot: i})
+		}
+	}
+	return p, hs, rows.Err()
+}
+
+// Notify interrupts the waits of the listeners of channel in other
+// processes, and hands payload to those in this one. It never fails: a
+// wake-up that cannot be sent must not undo the transaction that vacates
+// the seat.
+func (d mysql) Notify(ctx context.Context, conn gorm.ConnPool, channel, payload string) error {
+	p, holders, err := d.listeners(ctx, conn, myName(channel))
+	if err != nil {
+		return nil
+	}
+	local := myDeliver(p, payload)
+	for _, h := range holders {
+		if slices.Contains(local, h) {
+			continue
+		}
+		_, _ = conn.ExecContext(ctx, "KILL QUERY "+strconv.FormatInt(h.id, 10))
+	}
+	return nil
+}
+
+// myLocal is a listener of this process, to which Notify hands payloads
+// instead of interrupting its wait.
+type myLocal struct {
+	prefix string
+	holder myHolder
+	ch     chan string
+	lost   atomic.Bool // a payload did not fit in ch
+}
+
+var myLocals = struct {
+	sync.Mutex
+	m map[*myLocal]struct{}
+}{m: map[*myLocal]struct{}{}}
+
+// myDeliver hands payload to this process's listeners with prefix p and
+// returns their slots and connections.
+func myDeliver(p, payload string) []myHolder {
+	myLocals.Lock()
+	defer myLocals.Unlock()
+	var hs []myHolder
+	for l := range myLocals.m {
+		if l.prefix != p {
+			continue
+		}
+		hs = append(hs, l.holder)
+		select {
+		case l.ch <- payload:
+		default:
+			l.lost.Store(true)
+		}
+	}
+	return hs
+}
+
+// myListener is one listening session: a connection taken out of the pool,
+// with its slot (on MySQL and MariaDB) and its registration in myLocals.
+type myListener struct {
+	d      mysql
+	db     *sql.DB
+	conn   *sql.Conn
+	name   string // myName of the channel
+	id     int64  // the connection's id
+	prefix string // the name's prefix on this connection: name:crc32(database):
+	slot   int    // -1 on TiDB
+	local  *myLocal
+	wait   chan waitResult // the running wait's result; nil when none runs
+	cancel context.CancelFunc
+}
+
+// waitResult is how one wait ended: woken (interrupted by KILL QUERY), or
+// err, or neither (its time was up).
+type waitResult struct {
+	woken bool
+	err   error
+}
+
+// Listen takes one of db's connections, checks that a KILL QUERY
+// interrupts its wait, claims a slot for it (MySQL, MariaDB), starts
+// waiting, calls ready, and then calls fn("") each time the wait is
+// interrupted and fn(payload) for each payload this process's Notify hands
+// it, until ctx ends or the connection fails. The connection is then
+// discarded: the server ends the session and releases the slot.
+func (d mysql) Listen(ctx context.Context, db *sql.DB, channel string, ready func(), fn func(string)) error {
+	name := myName(channel)
+	l, err := d.openListener(ctx, db, name, true)
+	if err != nil {
+		return err
+	}
+	l.startWait()
+	ready()
+	woken := false
+	for {
+		served, err := l.serve(ctx, fn, woken)
+		l.close()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !served || !lostBetweenWaits(err) {
+			return err
+		}
+		// A KILL QUERY that reached the session between two waits ended it
+		// (TiDB): it was a wake-up. Listen on a new connection at once, and
+		// wake every namespace once its wait is under way.
+		if l, err = d.openListener(ctx, db, name, false); err != nil {
+			return err
+		}
+		woken = true
+	}
+}
+
+// lostBetweenWaits reports whether err, from a wait, says that the server
+// closed the connection.
+func lostBetweenWaits(err error) bool {
+	return errors.Is(err, driver.ErrBadConn) || errors.Is(err, drv.ErrInvalidConn)
+}
+
+// openListener takes a connection from db, checks it with probe when asked,
+// and on MySQL and MariaDB claims the lowest free slot of name for it. On
+// error the connection is discarded.
+func (d mysql) openListener(ctx context.Context, db *sql.DB, name string, probe bool) (*myListener, error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l := &myListener{d: d, db: db, conn: conn, name: name, slot: -1}
+	err = conn.QueryRowContext(ctx, "SELECT CONNECTION_ID(), x.p FROM "+myPrefix, name).Scan(&l.id, &l.prefix)
+	if err != nil {
+		err = cannotListen(ctx, err, "reading the connection id")
+	} else if probe {
+		err = l.probe(ctx)
+	}
+	if err == nil && !d.tidb {
+		err = l.claimSlot(ctx)
+	}
+	if err != nil {
+		l.close()
+		return nil, err
+	}
+	l.local = &myLocal{prefix: l.prefix, holder: myHolder{id: l.id, slot: l.slot}, ch: make(chan string, 64)}
+	myLocals.Lock()
+	myLocals.m[l.local] = struct{}{}
+	myLocals.Unlock()
+	return l, nil
+}
+
+// claimSlot takes the lowest free slot of the listener's name, trying the
+// next when another listener takes it first.
+func (l *myListener) claimSlot(ctx context.Context) error {
+	free := make([]sql.NullInt64, mySlotCount)
+	var (
+		id   int64
+		p    string
+		dest = []any{&id, &p}
+	)
+	for i := range free {
+		dest = append(dest, &free[i])
+	}
+	if err := l.conn.QueryRowContext(ctx, myFreeSQL(), l.name).Scan(dest...); err != nil {
+		return cannotListen(ctx, err, "reading the wake-up slots")
+	}
+	for i, f := range free {
+		if f.Int64 != 1 {
+			continue
+		}
+		var got sql.NullInt64
+		if err := l.conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", l.prefix+strconv.Itoa(i)).Scan(&got); err != nil {
+			return cannotListen(ctx, err, "taking a wake-up slot")
+		}
+		if got.Int64 == 1 {
+			l.slot = i
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: all %d wake-up slots of %q are taken (one per listening pool on this server and database)",
+		ErrCannotListen, mySlotCount, strings.TrimSuffix(l.prefix, ":"))
+}
+
+// startWait runs one wait on the listener's connection, in the background.
+func (l *myListener) startWait() { l.startWaitSQL(myWaitSQL(l.prefix)) }
+
+// startWaitSQL runs q, a wait, on the listener's connection in the
+// background.
+func (l *myListener) startWaitSQL(q string) {
+	qctx, cancel := context.WithTimeout(context.Background(), time.Duration(myWaitSeconds)*time.Second+myStopTimeout)
+	l.cancel = cancel
+	ch := make(chan waitResult, 1)
+	l.wait = ch
+	go func() {
+		var (
+			slept int64
+			tag   string
+		)
+		err := l.conn.QueryRowContext(qctx, q).Scan(&slept, &tag)
+		var me *drv.MySQLError
+		switch {
+		case err == nil:
+			// SLEEP returns 1 when it is interrupted (MySQL, TiDB).
+			ch <- waitResult{woken: slept == 1}
+		case errors.As(err, &me) && me.Number == 1317:
+			// Query execution was interrupted (MariaDB).
+			ch <- waitResult{woken: true}
+		case errors.As(err, &me) && (me.Number == 1969 || me.Number == 3024):
+			// max_statement_time (MariaDB) or max_execution_time (MySQL)
+			// ended the wait: wait again.
+			ch <- waitResult{}
+		default:
+			ch <- waitResult{err: err}
+		}
+	}()
+}
+
+// ended takes the result of the wait that ended.
+func (l *myListener) ended(r waitResult) waitResult {
+	l.wait = nil
+	l.cancel()
+	return r
+}
+
+// probeLock is the user-level lock a listener holds while it checks, on
+// MySQL and MariaDB, that IS_USED_LOCK names it; not a slot, so that no
+// Notify interrupts the check.
+func probeLock(id int64) string { return "sqlelect_probe:" + strconv.FormatInt(id, 10) }
+
+// probe checks, before the listener claims a slot, that it can be found and
+// woken the way Notify does: through another of the pool's connections,
+// IS_USED_LOCK names this connection as the holder of a lock it took (on
+// TiDB, the process list shows its waiting statement), and a KILL QUERY
+// interrupts its wait. The check uses a lock and a statement of its own,
+// which no Notify looks for. A KILL that comes before the wait has started
+// is lost on MySQL and MariaDB, so it is repeated until the wait ends; on
+// TiDB the statement is in the process list only once it runs, and one KILL
+// is sent then.
+func (l *myListener) probe(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, myProbeTimeout)
+	defer cancel()
+	tag := l.prefix + "probe"
+	if !l.d.tidb {
+		var got sql.NullInt64
+		if err := l.conn.QueryRowContext(pctx, "SELECT GET_LOCK(?, 0)", probeLock(l.id)).Scan(&got); err != nil {
+			return cannotListen(ctx, err, "taking the probe's lock")
+		}
+		if got.Int64 != 1 {
+			return fmt.Errorf("%w: GET_LOCK(%q, 0) returned %v", ErrCannotListen, probeLock(l.id), got)
+		}
+	}
+	l.startWaitSQL(fmt.Sprintf("SELECT SLEEP(%d), '%s'", myWaitSeconds, tag))
+	retry := 2 * time.Millisecond
+	found, killed := false, false
+	for {
+		if !found {
+			var (
+				holder sql.NullInt64
+				err    error
+			)
+			if l.d.tidb {
+				err = l.db.QueryRowContext(pctx, "SELECT MAX(ID) FROM information_schema.CLUSTER_PROCESSLIST WHERE INFO LIKE CONCAT('SELECT SLEEP(%), ''', ?, '''')", tag).Scan(&holder)
+			} else {
+				err = l.db.QueryRowContext(pctx, "SELECT IS_USED_LOCK(?)", probeLock(l.id)).Scan(&holder)
+			}
+			if err != nil {
+				return cannotListen(ctx, err, "finding the listener")
+			}
+			found = holder.Valid && holder.Int64 == l.id
+			if !found && !l.d.tidb {
+				named := "no connection"
+				if holder.Valid {
+					named = strconv.FormatInt(holder.Int64, 10)
+				}
+				return fmt.Errorf("%w: IS_USED_LOCK names %s, not connection %d, as the holder of the lock that connection holds "+
+					"(a proxy between the application and the server, or an engine whose IS_USED_LOCK does not name the holder)",
+					ErrCannotListen, named, l.id)
+			}
+		}
+		if found && (!l.d.tidb || !killed) {
+			if _, err := l.db.ExecContext(pctx, "KILL QUERY "+strconv.FormatInt(l.id, 10)); err != nil {
+				return cannotListen(ctx, err, "interrupting the wait with KILL QUERY")
+			}
+			killed = true
+		}
+		t := time.NewTimer(retry)
+		select {
+		case r := <-l.wait:
+			t.Stop()
+			r = l.ended(r)
+			switch {
+			case r.err != nil:
+				return fmt.Errorf("mysql notification: waiting: %w", r.err)
+			case !r.woken:
+				return fmt.Errorf("%w: a wait of %d s ended by itself before KILL QUERY interrupted it", ErrCannotListen, myWaitSeconds)
+			}
+			if !l.d.tidb {
+				if _, err := l.conn.ExecContext(ctx, "DO RELEASE_LOCK(?)", probeLock(l.id)); err != nil {
+					return fmt.Errorf("mysql notification: releasing the probe's lock: %w", err)
+				}
+			}
+			return nil
+		case <-t.C:
+		case <-pctx.Done():
+			t.Stop()
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			what := "a KILL QUERY sent through another connection did not interrupt the wait"
+			if !found {
+				what = "the waiting statement was not found in information_schema.CLUSTER_PROCESSLIST"
+			}
+			return fmt.Errorf("%w: %s within %v", ErrCannotListen, what, myProbeTimeout)
+		}
+		retry = min(2*retry, 100*time.Millisecond)
+	}
+}
+
+// serve handles the running wait's end and waits again, until ctx ends or
+// the connection fails, calling fn for each wake-up. It reports whether a
+// wait ended without error before the one that failed (the connection
+// worked). When woken is set, it calls fn("") first.
+func (l *myListener) serve(ctx context.Context, fn func(string), woken bool) (served bool, err error) {
+	for {
+		if l.wait == nil {
+			l.startWait()
+		}
+		// Wake the namespaces only once the next wait is sent: a KILL for
+		// a later handoff then finds it running, or it is for a handoff
+		// whose candidates this wake-up reaches anyway.
+		if woken {
+			fn("")
+			woken = false
+		}
+		for l.wait != nil {
+			select {
+			case p := <-l.local.ch:
+				if l.local.lost.Swap(false) {
+					p = ""
+				}
+				fn(p)
+			case r := <-l.wait:
+				r = l.ended(r)
+				if r.err != nil {
+					return served, fmt.Errorf("mysql notification: waiting: %w", r.err)
+				}
+				served = true
+				woken = r.woken
+			case <-ctx.Done():
+				return served, ctx.Err()
+			}
+		}
+	}
+}
+
+// close ends the listener's wait, if one runs, with KILL QUERY through
+// another connection (repeated: one that comes before the wait has started
+// is lost), or failing that by closing the socket; then it discards the
+// connection, never putting it back in the pool with a lock held: the
+// server ends the session and releases the slot.
+func (l *myListener) close() {
+	if l.local != nil {
+		myLocals.Lock()
+		delete(myLocals.m, l.local)
+		myLocals.Unlock()
+	}
+	if l.wait != nil {
+		kctx, cancel := context.WithTimeout(context.Background(), myStopTimeout)
+		retry := 2 * time.Millisecond
+		for l.wait != nil {
+			if _, err := l.db.ExecContext(kctx, "KILL QUERY "+strconv.FormatInt(l.id, 10)); err != nil {
+				// The socket is closed on this side; the server ends the
+				// wait, and the session, within myWaitSeconds.
+				l.cancel()
+			}
+			t := time.NewTimer(retry)
+			select {
+			case r := <-l.wait:
+				l.ended(r)
+			case <-t.C:
+			}
+			t.Stop()
+			retry = min(2*retry, 100*time.Millisecond)
+		}
+		cancel()
+	}
+	_ = l.conn.Raw(func(any) error { return driver.ErrBadConn })
+	_ = l.conn.Close()
+}
+
+// cannotListen wraps err, from what a listener does, in ErrCannotListen when
+// the server refused the statement for a reason that will not pass (an
+// engine without the function or table, a missing privilege); other errors
+// (a connection lost, the context) are returned as they are, to be retried.
+func cannotListen(ctx context.Context, err error, doing string) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	var me *drv.MySQLError
+	if errors.As(err, &me) {
+		switch me.Number {
+		case 1040, 1053, 1203, 1205, 1213, 1317:
+			// Too many connections, shutdown, lock wait, deadlock,
+			// interrupted: they pass.
+		default:
+			return fmt.Errorf("%w: %s: %w", ErrCannotListen, doing, err)
+		}
+	}
+	return fmt.Errorf("mysql notification: %s: %w", doing, err)
+}
