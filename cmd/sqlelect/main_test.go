@@ -650,14 +650,18 @@ func e2eWatch(t *testing.T, c cli, tg testdb.Target, dsn string, db *gorm.DB, ns
 	if err := leader.Resign(ctx); err != nil {
 		t.Fatal(err)
 	}
+	resigned := time.Now()
+	var seen time.Time
 	waitFor(t, 10*time.Second, "the slow watch to see a later term", func() bool {
 		for _, ev := range jsonLines(t, slow.out.String()) {
 			if ev["event"] == "leader" && ev["term"].(float64) > float64(lease.Term) {
+				seen, _ = time.Parse(time.RFC3339Nano, ev["time"].(string))
 				return true
 			}
 		}
 		return false
 	})
+	t.Logf("%s: watch --interval 1m printed the new leader %v after Resign returned", tg.Name, seen.Sub(resigned).Round(time.Millisecond))
 	if code := slow.interrupt(t); code != exitOK {
 		t.Errorf("slow watch interrupted: exit %d, %s", code, slow.errOut.String())
 	}

@@ -34,13 +34,13 @@ type nsState struct {
 
 // followUps are when watch reads a namespace again after being told that
 // its seat was vacated: the candidates woken by the vacancy usually take
-// the seat within milliseconds, and the second reading catches a slower
+// the seat within milliseconds, and the later readings catch a slower
 // grant before the next poll.
-var followUps = []time.Duration{100 * time.Millisecond, time.Second}
+var followUps = []time.Duration{25 * time.Millisecond, 250 * time.Millisecond, time.Second}
 
 // followUpSlack is how close two follow-ups of a namespace may be: a
 // wake-up whose follow-ups fall within it of those already due adds none.
-const followUpSlack = 50 * time.Millisecond
+const followUpSlack = 10 * time.Millisecond
 
 func (e env) watch(ctx context.Context, args []string) int {
 	fs, c := e.flags("watch", "[namespace...]",
