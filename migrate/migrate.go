@@ -18,9 +18,12 @@
 // On PostgreSQL the tables can live in a schema of their own (WithSchema,
 // with election.WithSchema for the calls). The shipped files name the
 // tables unqualified, so that they land in the first schema of the search
-// path: to apply them with another tool into a schema, run them with the
-// search path set to it (for example options=-csearch_path=app in the
-// migration tool's DSN, or SET search_path TO app at the top of the file).
+// path: to apply them with another tool into a schema, create the schema
+// (the files do not) and run them with the search path set to it (for
+// example options=-csearch_path=app in the migration tool's DSN, or SET
+// search_path TO app at the top of the file). Versions applied that way are
+// not recorded: Status reports them pending, and Up with the same schema
+// finds the tables in place and records them.
 package migrate
 
 import (
