@@ -21,11 +21,12 @@ import (
 // SYSDATE(6) is read when evaluated and, with the session time zone at UTC,
 // is the clock used.
 //
-// tidb is set for TiDB (Detect tells it by VERSION()), where two things
-// differ: a shared row lock is a no-op unless a server setting makes it
-// real, so the guard's lock is FOR UPDATE; and the session must run
-// pessimistic transactions, in which FOR UPDATE blocks (Check refuses
-// optimistic mode).
+// tidb is set for TiDB (Detect tells it by a variable of its own), where
+// three things differ: a shared row lock is a no-op unless a server setting
+// makes it real, so the guard's lock is FOR UPDATE; the session must run
+// pessimistic transactions, in which FOR UPDATE blocks, with SYSDATE() read
+// when evaluated (checkTiDB refuses the settings that change either); and
+// handoff listeners are found by their statement (mysql_notify.go).
 //
 // galera is set for a MariaDB or MySQL node of a Galera cluster (wsrep_on).
 // Row locks there are the node's own and are not replicated: a transaction
@@ -64,35 +65,40 @@ func Galera(d Dialect) bool {
 	return ok && m.galera
 }
 
-// detect tells TiDB from MySQL and MariaDB by the server's VERSION(), as
-// 8.0.11-TiDB-v8.5.0, and a Galera node by wsrep_on.
+// detect tells TiDB from MySQL and MariaDB by a variable only TiDB has,
+// tidb_txn_mode (VERSION() is whatever TiDB's server-version setting makes
+// it), and a Galera node by wsrep_on.
 func (d mysql) detect(ctx context.Context, db *gorm.DB) (Dialect, error) {
-	var version string
-	if err := db.WithContext(ctx).Raw("SELECT VERSION()").Row().Scan(&version); err != nil {
+	vars, err := showVariables(func() (*sql.Rows, error) {
+		return db.WithContext(ctx).Raw("SHOW GLOBAL VARIABLES WHERE Variable_name IN ('tidb_txn_mode', 'wsrep_on')").Rows()
+	})
+	if err != nil {
 		return nil, err
 	}
-	if isTiDB(version) {
+	if _, ok := vars["tidb_txn_mode"]; ok {
 		return mysql{tidb: true}, nil
 	}
-	// SHOW answers on every server, with no row where there is no such
-	// variable (MySQL without the wsrep patch).
-	rows, err := db.WithContext(ctx).Raw("SHOW GLOBAL VARIABLES LIKE 'wsrep_on'").Rows()
+	return mysql{galera: strings.EqualFold(vars["wsrep_on"], "ON")}, nil
+}
+
+// showVariables reads the name and value columns of a SHOW VARIABLES that
+// query runs. SHOW answers on every server, with no row for a variable the
+// server does not have.
+func showVariables(query func() (*sql.Rows, error)) (map[string]string, error) {
+	rows, err := query()
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	galera := false
+	vars := map[string]string{}
 	for rows.Next() {
 		var name, value string
 		if err := rows.Scan(&name, &value); err != nil {
 			return nil, err
 		}
-		galera = strings.EqualFold(value, "ON")
+		vars[strings.ToLower(name)] = value
 	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return mysql{galera: galera}, nil
+	return vars, rows.Err()
 }
 
 // myFence writes the seat row when the candidate holds it in the term,
@@ -126,7 +132,6 @@ func (d mysql) migrationRace(err error) bool {
 	return false
 }
 
-func isTiDB(version string) bool              { return strings.Contains(strings.ToLower(version), "tidb") }
 func (mysql) Rebind(q string) string          { return q }
 func (mysql) rebind(q string) string          { return q }
 func (mysql) now() string                     { return "SYSDATE(6)" }
@@ -255,15 +260,8 @@ func (d mysql) Check(ctx context.Context, db *gorm.DB) (*sql.TxOptions, error) {
 		return nil, fmt.Errorf("%w: the session time zone is %+d s from UTC; add time_zone=%%27%%2B00%%3A00%%27 (time_zone='+00:00') to the DSN", ErrUnsafeSettings, int64(offset/time.Second))
 	}
 	if d.tidb {
-		// In optimistic mode FOR UPDATE blocks nobody and conflicts surface
-		// only at commit: the seat would not be locked while a round
-		// decides.
-		var mode string
-		if err := db.WithContext(ctx).Raw("SELECT @@SESSION.tidb_txn_mode").Row().Scan(&mode); err != nil {
+		if err := checkTiDB(ctx, db); err != nil {
 			return nil, err
-		}
-		if !strings.EqualFold(mode, "pessimistic") {
-			return nil, fmt.Errorf("%w: TiDB runs %q transactions; elections need pessimistic ones: add tidb_txn_mode=%%27pessimistic%%27 to the DSN (session.Open does)", ErrUnsafeSettings, mode)
 		}
 	}
 	// REPEATABLE READ takes gap locks on the missing leader row of a new
@@ -279,6 +277,38 @@ func (d mysql) Check(ctx context.Context, db *gorm.DB) (*sql.TxOptions, error) {
 		return nil, nil
 	}
 	return &sql.TxOptions{Isolation: sql.LevelReadCommitted}, nil
+}
+
+// checkTiDB refuses the TiDB session settings under which elections are not
+// safe, naming the setting:
+//
+//   - tidb_txn_mode other than pessimistic: in optimistic mode FOR UPDATE
+//     blocks nobody and conflicts surface only at commit, so the seat would
+//     not be locked while a round decides.
+//   - tidb_sysdate_is_now=ON: SYSDATE() is then NOW(), fixed when the
+//     statement starts, and the clock a statement reads after waiting for
+//     the seat's lock would be as old as the wait.
+//
+// tidb_enable_noop_functions is not refused: it turns what TiDB cannot do
+// (LOCK IN SHARE MODE, START TRANSACTION READ ONLY, SQL_CALC_FOUND_ROWS,
+// GROUP BY ... ASC|DESC) into no-ops, and the library sends none of them to
+// TiDB: Guard's lock is FOR UPDATE there.
+func checkTiDB(ctx context.Context, db *gorm.DB) error {
+	vars, err := showVariables(func() (*sql.Rows, error) {
+		return db.WithContext(ctx).Raw("SHOW SESSION VARIABLES WHERE Variable_name IN ('tidb_txn_mode', 'tidb_sysdate_is_now')").Rows()
+	})
+	if err != nil {
+		return err
+	}
+	if mode := vars["tidb_txn_mode"]; !strings.EqualFold(mode, "pessimistic") {
+		return fmt.Errorf("%w: TiDB's tidb_txn_mode is %q; elections need pessimistic transactions, in which FOR UPDATE blocks: "+
+			"add tidb_txn_mode=%%27pessimistic%%27 to the DSN (session.Open does)", ErrUnsafeSettings, mode)
+	}
+	if v := vars["tidb_sysdate_is_now"]; strings.EqualFold(v, "ON") || v == "1" {
+		return fmt.Errorf("%w: TiDB's tidb_sysdate_is_now is ON, which makes SYSDATE() the time its statement started, "+
+			"stale after a wait for the seat's lock; set it OFF, its default (add tidb_sysdate_is_now=OFF to the DSN)", ErrUnsafeSettings)
+	}
+	return nil
 }
 
 const myMigrationLock = "sqlelect.migrate"
@@ -332,20 +362,25 @@ func openMySQLConfig(cfg *drv.Config) (Opened, error) {
 			if hasIsolation(cfg.Params) && hasMode {
 				return "", nil
 			}
-			var version string
-			if err := db.QueryRow("SELECT VERSION()").Scan(&version); err != nil {
+			// The version tells MariaDB's name of the variable; TiDB is
+			// told by a variable of its own.
+			vars, err := showVariables(func() (*sql.Rows, error) {
+				return db.Query("SHOW VARIABLES WHERE Variable_name IN ('version', 'tidb_txn_mode')")
+			})
+			if err != nil {
 				return "", err
 			}
+			_, tidb := vars["tidb_txn_mode"]
 			changed := false
 			if !hasIsolation(cfg.Params) {
 				name := "transaction_isolation"
-				if strings.Contains(strings.ToLower(version), "mariadb") {
+				if strings.Contains(strings.ToLower(vars["version"]), "mariadb") {
 					name = "tx_isolation"
 				}
 				cfg.Params[name] = "'READ-COMMITTED'"
 				changed = true
 			}
-			if !hasMode && isTiDB(version) {
+			if !hasMode && tidb {
 				// Pessimistic transactions, whatever the cluster's default:
 				// Check refuses optimistic ones.
 				cfg.Params["tidb_txn_mode"] = "'pessimistic'"
