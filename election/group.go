@@ -125,6 +125,7 @@ type GroupConfig struct {
 // Its methods are safe for concurrent use.
 type Group struct {
 	base  *Election // settings and statements; its namespace is not used
+	batch *Election // base without prepared statements, for the batch statements
 	id    uuid.UUID
 	cfg   GroupConfig
 	log   *slog.Logger
@@ -176,6 +177,7 @@ type member struct {
 	edgeFor    Lease
 	edgeTries  int
 	pending    atomic.Bool // on g.woken
+	leading    atomic.Bool // cur != nil, for pokeOusted
 }
 
 type groupLead struct {
@@ -246,8 +248,16 @@ func NewGroup(ctx context.Context, db *gorm.DB, id uuid.UUID, cfg GroupConfig, o
 	}
 	cfg.Interval, cfg.SafetyMargin, cfg.ShutdownTimeout = ecfg.Interval, ecfg.SafetyMargin, ecfg.ShutdownTimeout
 	cfg.Namespaces = slices.Clone(cfg.Namespaces)
+	// The batch statements run unprepared: their text changes with the
+	// number of namespaces and of leases held, so a cache would keep one
+	// of each; and preparing takes the cache's lock while it waits for a
+	// connection, which on a pool of one an attempt's transaction holds,
+	// while that transaction waits for the lock.
+	batch := base.inNamespace(cfg.Namespaces[0])
+	batch.stmts = nil
 	g := &Group{
 		base:    base,
+		batch:   batch,
 		id:      id,
 		cfg:     cfg,
 		log:     base.logBase.With("candidate", id),
@@ -638,7 +648,7 @@ func (g *Group) unregister(ctx context.Context, nss []string) {
 	if len(nss) == 0 {
 		return
 	}
-	err := g.base.autocommit(ctx, "Run", nil, func(conn gorm.ConnPool, _ bool) error {
+	err := g.batch.autocommit(ctx, "Run", nil, func(conn gorm.ConnPool, _ bool) error {
 		args := append([]any{g.id}, anyArgs(nss)...)
 		_, err := conn.ExecContext(ctx, dialect.BatchUnregister(g.base.d, len(nss)), args...)
 		return err
@@ -668,6 +678,19 @@ func (g *Group) kickRound() {
 func (m *member) poke(src wakeSource) { m.g.wake(m, src) }
 
 func (m *member) candidate() uuid.UUID { return m.g.id }
+
+// pokeOusted tells the Group that another process vacated the term of its
+// candidate in m's namespace: a round now finds it out (the renewal fails)
+// and stops leading, instead of at the next tick. Its own vacates come
+// after it stopped leading, and wake nothing. It runs under the hubs' lock
+// and takes no lock of the Group's.
+//
+//lint:ignore U1000 for hub.wake, which tells only Electors so far
+func (m *member) pokeOusted() {
+	if m.leading.Load() {
+		m.g.kickRound()
+	}
+}
 
 // wake asks the attempter to try m's seat now, once; it takes no lock. The
 // attempter decides whether it may (see mayTryLocked).
@@ -838,7 +861,13 @@ func (g *Group) fullRound(ctx context.Context) error {
 				g.noteAttempt(m, start, m.cur.lease, false, nil)
 				continue
 			}
-			reason, sitOut := lostReason(s, g.id, h.term, renewed)
+			reason, sitOut := lostReason(s, g.id, m.cur.lease, renewed)
+			if !renewed && l.HeldBy(g.id) {
+				// Not renewed, whatever the reading (a snapshot from before
+				// the renewal waited) says.
+				l = Lease{Namespace: ns}
+				m.last = l
+			}
 			g.stopLocked(m, reason)
 			if sitOut {
 				// Another process vacated the term (an operator moving
@@ -854,7 +883,7 @@ func (g *Group) fullRound(ctx context.Context) error {
 		}
 		if s.live() && s.leader != g.id {
 			m.freeRounds = 0
-			g.scheduleEdge(m, s)
+			g.scheduleEdge(m, l)
 			g.noteAttempt(m, start, l, false, nil)
 			continue
 		}
@@ -895,26 +924,26 @@ func (g *Group) fullRound(ctx context.Context) error {
 	return nil
 }
 
-// lostReason says why a lease the round tried to renew in term was not
+// lostReason says why lead, a lease the round tried to renew, was not
 // renewed in time, from the seat as the round read it, and whether the
-// Group is to sit the namespace out: when another process vacated the term.
-func lostReason(s seat, id uuid.UUID, term int64, renewed bool) (reason string, sitOut bool) {
+// Group is to sit the namespace out: when another process vacated the
+// term.
+func lostReason(s seat, id uuid.UUID, lead Lease, renewed bool) (reason string, sitOut bool) {
 	switch {
 	case renewed:
 		return "the renewal returned after the trust window", false
-	case s.live() && s.leader != id:
-		return "the database names another leader", false
-	case s.leader == uuid.Nil:
-		// Vacated (or the row deleted): by someone else, since the Group
-		// vacates only terms it no longer leads.
-		return stopVacated, true
-	case s.leader == id && s.term == term && s.live():
+	case s.leader == id && s.term == lead.Term && s.live():
 		// The reading (a snapshot taken before the renewal waited for the
 		// row) still shows the lease, but the renewal found the row
 		// changed: vacated meanwhile.
 		return stopVacated, true
-	case s.leader == id && s.term == term:
+	case s.leader == id && s.term == lead.Term:
 		return "the lease expired before its renewal", false
+	case s.leader == uuid.Nil, s.now.Before(lead.ExpiresAt):
+		// Vacated, or taken while the lease was live, which only a
+		// vacate allows: by someone else, since the Group vacates only
+		// terms it no longer leads.
+		return stopVacated, true
 	}
 	return "the database names another leader", false
 }
@@ -974,7 +1003,7 @@ func (g *Group) roundStatements(ctx context.Context, names []string, held []held
 		}
 		return nil
 	}
-	err := g.base.autocommit(ctx, "Group", nil, func(conn gorm.ConnPool, _ bool) error {
+	err := g.batch.autocommit(ctx, "Group", nil, func(conn gorm.ConnPool, _ bool) error {
 		clear(res.seats)
 		clear(res.renewed)
 		res.live = 0
@@ -1276,18 +1305,19 @@ func (g *Group) handOverLocked(m *member) {
 	}()
 }
 
-// scheduleEdge arranges an attempt at the end of another candidate's lease
-// when it comes before the next round, at most twice per lease; g.mu is
-// held.
-func (g *Group) scheduleEdge(m *member, s seat) {
-	l := m.e.lease(s)
+// scheduleEdge arranges an attempt at the end of l, another candidate's
+// live lease as the last reading of the seat showed it, when that comes
+// before the next round, at most twice per lease (a second time when the
+// first attempt found the lease not yet ended by the database clock);
+// g.mu is held.
+func (g *Group) scheduleEdge(m *member, l Lease) {
 	if !sameLease(l, m.edgeFor) {
 		m.edgeFor, m.edgeTries = l, 0
 	}
 	if m.edgeTries >= edgeTries {
 		return
 	}
-	until, ok := m.e.seatEnds(s.leader)
+	until, ok := m.e.seatEnds(l.Leader)
 	if !ok {
 		return
 	}
@@ -1330,6 +1360,9 @@ func (g *Group) attempt(ctx context.Context, m *member) {
 			// return vacates this term.
 			m.stray = l.Term
 		}
+	} else if !l.Vacant() && !m.leaving {
+		// Another candidate's lease: try again at its end.
+		g.scheduleEdge(m, l)
 	}
 	g.noteAttempt(m, start, l, started, nil)
 }
@@ -1340,6 +1373,7 @@ func (g *Group) startLocked(m *member, l Lease, trusted time.Time) {
 	cur := &groupLead{lease: l, trustedUntil: trusted, cancel: cancel, since: time.Now()}
 	cur.watchdog = time.AfterFunc(time.Until(trusted), func() { g.trustEnded(m, cur) })
 	m.cur = cur
+	m.leading.Store(true)
 	m.stray = 0
 	g.leading++
 	m.stopEdge()
@@ -1388,6 +1422,7 @@ func (g *Group) trustEnded(m *member, c *groupLead) {
 func (g *Group) stopLocked(m *member, reason string) {
 	c := m.cur
 	m.cur = nil
+	m.leading.Store(false)
 	g.leading--
 	c.cancel()
 	c.watchdog.Stop()
