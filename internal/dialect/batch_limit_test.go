@@ -1,0 +1,107 @@
+package dialect
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// binds counts the bound parameters of q: ? markers, or the highest $n.
+func binds(q string) int {
+	if n := strings.Count(q, "?"); n > 0 {
+		return n
+	}
+	most := 0
+	for _, m := range regexp.MustCompile(`\$(\d+)`).FindAllStringSubmatch(q, -1) {
+		if n, _ := strconv.Atoi(m[1]); n > most {
+			most = n
+		}
+	}
+	return most
+}
+
+// TestBatchMaxNamespaces: at BatchMaxNamespaces, with every namespace
+// held, no batch statement a Group sends carries more parameters than its
+// database takes; one namespace more and the largest does.
+func TestBatchMaxNamespaces(t *testing.T) {
+	for _, c := range []struct {
+		d     Dialect
+		limit int
+	}{{postgres{}, pgMaxBinds}, {mysql{}, mysqlMaxBinds}, {sqlite{}, sqliteMaxBinds}} {
+		t.Run(c.d.Name(), func(t *testing.T) {
+			most := func(n int) int {
+				all := make([]int, n)
+				for i := range all {
+					all[i] = i
+				}
+				qs := []string{BatchRenew(c.d, n), BatchSeats(c.d, n), BatchSeatsLive(c.d, n), BatchHeartbeat(c.d, n),
+					BatchLive(c.d, n), BatchUnregister(c.d, n)}
+				if q, ok := BatchRenewReturning(c.d, n); ok {
+					qs = append(qs, q)
+				}
+				if q, ok := BatchRound(c.d, n, all, true); ok {
+					// BatchRound is all PostgreSQL sends in a round.
+					qs = []string{q, BatchUnregister(c.d, n)}
+				}
+				m := 0
+				for _, q := range qs {
+					m = max(m, binds(q))
+				}
+				return m
+			}
+			n := BatchMaxNamespaces(c.d)
+			if got := most(n); got > c.limit {
+				t.Errorf("%d namespaces: a statement carries %d parameters, more than %d", n, got, c.limit)
+			}
+			if got := most(n + 1); got <= c.limit {
+				t.Errorf("%d namespaces: at most %d parameters; the limit %d is not the largest", n+1, got, c.limit)
+			}
+		})
+	}
+}
+
+// TestSQLiteBatchAtTheLimit: SQLite runs the heartbeat of
+// BatchMaxNamespaces namespaces and refuses one namespace more, so the limit
+// is the database's, not a guess.
+func TestSQLiteBatchAtTheLimit(t *testing.T) {
+	if !CgoEnabled {
+		t.Skip("SQLite needs cgo")
+	}
+	db, err := sql.Open("sqlite3", "file:"+filepath.Join(t.TempDir(), "limit.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := db.ExecContext(ctx, "CREATE TABLE election_candidates (namespace TEXT NOT NULL, candidate_id TEXT NOT NULL, "+
+		"registered_at TEXT, last_heartbeat_at TEXT, expires_at TEXT, hostname TEXT, pid INTEGER, label TEXT, PRIMARY KEY (namespace, candidate_id))"); err != nil {
+		t.Fatal(err)
+	}
+	d := sqlite{}
+	now := d.TimeArg(time.Now())
+	id := uuid.New().String()
+	heartbeat := func(n int) error {
+		args := make([]any, 0, 8*n)
+		for i := range n {
+			args = append(args, fmt.Sprintf("n%05d", i), id, now, now, now, "host", 1, "")
+		}
+		_, err := db.ExecContext(ctx, BatchHeartbeat(d, n), args...)
+		return err
+	}
+	n := BatchMaxNamespaces(d)
+	if err := heartbeat(n); err != nil {
+		t.Fatalf("the heartbeat of %d namespaces: %v", n, err)
+	}
+	if err := heartbeat(n + 1); err == nil || !strings.Contains(err.Error(), "too many SQL variables") {
+		t.Fatalf("the heartbeat of %d namespaces: %v, want too many SQL variables", n+1, err)
+	}
+}
