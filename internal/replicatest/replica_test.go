@@ -448,10 +448,7 @@ func readOnlyAndBack(t *testing.T, dsn, arg string, discard bool) {
 		case <-time.After(bound + 2*time.Second):
 			t.Logf("without the discarding, no leader %v after the switch back: the pooled sessions stay read-only", bound+2*time.Second)
 		}
-		g.mu.Lock()
-		wrote := g.lastWrite.After(back)
-		g.mu.Unlock()
-		if wrote {
+		if g.writtenSince(back) {
 			t.Fatal("without the discarding, a fenced write committed after the switch back")
 		}
 		on := time.Now()
