@@ -315,6 +315,10 @@ func (el *Elector) Run(ctx context.Context) error {
 	el.mu.Unlock()
 
 	h := joinHub(el.e, el)
+	// The hub (and on PostgreSQL the pool's LISTEN connection, when it is
+	// the last) is left after the final unregistration: stopping a
+	// listener first would delay the vacate that hands the seat over.
+	defer leaveHub(el.e, el, h)
 	stopWatch, watchDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(watchDone)
@@ -326,7 +330,6 @@ func (el *Elector) Run(ctx context.Context) error {
 	err := el.loop(ctx)
 
 	close(loopDone)
-	leaveHub(el.e, el, h)
 	el.mu.Lock()
 	if el.cur != nil {
 		el.stopLocked("shutting down")

@@ -148,46 +148,41 @@ func (e *Election) campaign(ctx context.Context, id uuid.UUID, yield bool, opts 
 			return out, false, nil
 		}
 	}
-	var tookOver bool
 	err := e.transaction(ctx, "Elect", opts, func(conn gorm.ConnPool, _ bool) error {
 		var err error
-		out, tookOver, err = e.elect(ctx, conn, id)
+		out, err = e.elect(ctx, conn, id)
 		return err
 	})
 	if err != nil {
 		return Lease{}, false, err
 	}
 	e.remember(id, out)
-	// The leader prunes, on its one-statement renewals (above) and when it
-	// takes over a seat another candidate held. A namespace's first grant
-	// and a renewal through the full transaction skip it: those calls are
-	// kept to the fewest round trips.
-	if tookOver {
-		e.maybePrune(ctx, opts)
-	}
+	// The leader prunes on its one-statement renewals (above), at most
+	// every half expiry window. A grant (a first one, a takeover, a
+	// handoff) does not: the new leader's work starts sooner, and its
+	// renewals prune soon enough.
 	return out, false, nil
 }
 
-// elect is Elect's transaction. tookOver reports that the caller was granted
-// a seat that had been held before (not created, not renewed).
-func (e *Election) elect(ctx context.Context, conn gorm.ConnPool, id uuid.UUID) (_ Lease, tookOver bool, _ error) {
+// elect is Elect's transaction.
+func (e *Election) elect(ctx context.Context, conn gorm.ConnPool, id uuid.UUID) (Lease, error) {
 	for attempt := 0; attempt < 2; attempt++ {
 		s, err := e.readSeat(ctx, conn, dialect.UpdateLock)
 		if err != nil {
-			return Lease{}, false, err
+			return Lease{}, err
 		}
 		s.now = s.now.Truncate(time.Microsecond)
 		expires := s.now.Add(e.expire).Truncate(time.Microsecond)
 		now, exp := e.d.TimeArg(s.now), e.d.TimeArg(expires)
 		if err := e.refreshAt(ctx, conn, id, s.now); err != nil {
-			return Lease{}, false, err
+			return Lease{}, err
 		}
 		mine := Lease{Namespace: e.namespace, Leader: id, ExpiresAt: expires}
 		switch {
 		case !s.exists:
 			n, err := affected(conn.ExecContext(ctx, e.q.InsertLeader, e.namespace, id, exp, now, now))
 			if err != nil {
-				return Lease{}, false, err
+				return Lease{}, err
 			}
 			if n == 0 {
 				// Another candidate created the row since we looked: its
@@ -195,41 +190,40 @@ func (e *Election) elect(ctx context.Context, conn gorm.ConnPool, id uuid.UUID) 
 				continue
 			}
 			if err := e.recordTerm(ctx, conn, id, 1, now); err != nil {
-				return Lease{}, false, err
+				return Lease{}, err
 			}
 			mine.Term, mine.AcquiredAt = 1, s.now
 			e.log.Debug("election: first leader of namespace", "leader", id, "term", 1)
-			return mine, false, nil
+			return mine, nil
 		case s.leader == id && s.live():
 			if _, err := conn.ExecContext(ctx, e.q.KeepLease, exp, now, e.namespace, id, s.term); err != nil {
-				return Lease{}, false, err
+				return Lease{}, err
 			}
 			mine.Term, mine.AcquiredAt = s.term, s.acquired
-			return mine, false, nil
+			return mine, nil
 		case !s.live():
 			n, err := affected(conn.ExecContext(ctx, e.q.Grant, id, exp, now, now, e.namespace, s.term))
 			if err != nil {
-				return Lease{}, false, err
+				return Lease{}, err
 			}
 			if n != 1 {
-				return Lease{}, false, fmt.Errorf("leader row of term %d changed under its lock", s.term)
+				return Lease{}, fmt.Errorf("leader row of term %d changed under its lock", s.term)
 			}
 			// The history: a lapsed lease ended when it expired (a vacated
 			// one was recorded as ended by the call that vacated it).
 			if s.leader != uuid.Nil && s.term > 0 {
 				if err := e.endTerm(ctx, conn, s.term, s.expires, EndExpired); err != nil {
-					return Lease{}, false, err
+					return Lease{}, err
 				}
 			}
 			if err := e.recordTerm(ctx, conn, id, s.term+1, now); err != nil {
-				return Lease{}, false, err
+				return Lease{}, err
 			}
 			mine.Term, mine.AcquiredAt = s.term+1, s.now
 			e.log.Debug("election: new leader", "leader", id, "term", mine.Term, "previous", s.leader)
-			// Term 0 is a seat made vacant by the lock itself (SQLite).
-			return mine, s.term > 0, nil
+			return mine, nil
 		default:
-			return e.lease(s), false, nil
+			return e.lease(s), nil
 		}
 	}
 	// The row was created twice under us, which only a snapshot older than
@@ -237,9 +231,9 @@ func (e *Election) elect(ctx context.Context, conn gorm.ConnPool, id uuid.UUID) 
 	// report the leader as it can be read.
 	s, err := e.readSeat(ctx, conn, dialect.NoLock)
 	if err != nil {
-		return Lease{}, false, err
+		return Lease{}, err
 	}
-	return e.lease(s), false, nil
+	return e.lease(s), nil
 }
 
 // refreshAt creates or refreshes id's candidate row as of now, a reading of

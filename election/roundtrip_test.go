@@ -49,9 +49,8 @@ const (
 	maxFirstRoundTrips = 6
 	// a takeover of a lapsed lease: the first acquisition's 6, with the
 	// grant in place of the insert, and the old term's end in the history
-	// (7); then the prune the new leader runs after its transaction: the
-	// read of expired candidates and the delete of old history (2)
-	maxTakeoverRoundTrips = 9
+	// (the new leader prunes later, on a renewal)
+	maxTakeoverRoundTrips = 7
 )
 
 // renewRoundTrips is the exact number of round trips of a renewal by the
