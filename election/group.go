@@ -684,8 +684,6 @@ func (m *member) candidate() uuid.UUID { return m.g.id }
 // and stops leading, instead of at the next tick. Its own vacates come
 // after it stopped leading, and wake nothing. It runs under the hubs' lock
 // and takes no lock of the Group's.
-//
-//lint:ignore U1000 for hub.wake, which tells only Electors so far
 func (m *member) pokeOusted() {
 	if m.leading.Load() {
 		m.g.kickRound()

@@ -183,15 +183,16 @@ type hubMember interface {
 func (el *Elector) candidate() uuid.UUID { return el.id }
 
 // wake pokes h's members but the one that vacated; hubs' mutex is held.
-// An Elector of the candidate that vacated is told instead that its term
-// ended: when someone else vacated it (an operator), it is still leading
-// and stops at once rather than at its next tick.
+// A member of the candidate that vacated (an Elector, or a Group in this
+// namespace) is told instead that its term ended: when someone else
+// vacated it (an operator), it is still leading and stops at once rather
+// than at its next round.
 func (h *hub) wake(src wakeSource, vacated uuid.UUID) {
 	for m := range h.members {
 		if m.candidate() != vacated {
 			m.poke(src)
-		} else if el, ok := m.(*Elector); ok {
-			el.pokeOusted()
+		} else if o, ok := m.(interface{ pokeOusted() }); ok {
+			o.pokeOusted()
 		}
 	}
 }

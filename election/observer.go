@@ -13,8 +13,8 @@ import (
 	"github.com/google/uuid"
 )
 
-// An Observer sees what the Electors of an Election do, for metrics and
-// logs of one's own: each election round (Attempt), each start and end of
+// An Observer sees what the Electors and Groups of an Election do, for
+// metrics and logs of one's own: each election round (Attempt), each start and end of
 // leadership (LeadershipStarted, LeadershipStopped), each step-down by the
 // trust window (SteppedDown), and each handoff that wakes a follower
 // (HandoffWake). Set it with WithObserver; package
@@ -22,14 +22,17 @@ import (
 // metrics.
 //
 // Observers cost no database round trip: they are told what the Elector
-// learnt anyway. Their methods are called synchronously on the Elector's
-// goroutines, some while the Elector holds its lock, and must return
-// quickly: they must not block, do I/O, or call the Elector's methods.
-// They may be called concurrently (several Electors share an Election's
-// observer). Embed NopObserver to implement only the methods you need.
+// or Group learnt anyway. Their methods are called synchronously on the
+// Elector's goroutines, some while the Elector holds its lock, and must
+// return quickly: they must not block, do I/O, or call the Elector's
+// methods. A Group calls them without holding its lock, so an observer may
+// call the Group's read methods (IsLeader, Lease, Leading). They may be
+// called concurrently (several Electors, or a Group's namespaces, share an
+// Election's observer). Embed NopObserver to implement only the methods
+// you need.
 //
 // Calls made directly on the Election (Elect, Resign, ...) are not
-// observed; only Electors report.
+// observed; only Electors and Groups report.
 type Observer interface {
 	// Attempt is called after each election round of an Elector.
 	Attempt(Attempt)

@@ -31,16 +31,26 @@ func newStmtCache(db *sql.DB) *stmtCache {
 // second connection, which a pool of one would never give.
 func (c *stmtCache) get(ctx context.Context, query string, prepare bool) (*sql.Stmt, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if s, ok := c.stmts[query]; ok {
+	s, ok := c.stmts[query]
+	c.mu.Unlock()
+	if ok {
 		return s, nil
 	}
 	if !prepare {
 		return nil, errNotCached
 	}
+	// Prepare without the lock: preparing waits for a connection, which
+	// on a small pool another goroutine's transaction may hold while it
+	// needs the cache.
 	s, err := c.db.PrepareContext(ctx, query)
 	if err != nil {
 		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if prev, ok := c.stmts[query]; ok {
+		s.Close()
+		return prev, nil
 	}
 	c.stmts[query] = s
 	return s, nil
