@@ -1180,7 +1180,7 @@ func (g *Group) attempter(ctx context.Context) {
 		default:
 		}
 		if m := g.nextQueued(); m != nil {
-			g.attempt(ctx, m)
+			g.attempt(ctx, m, true)
 			continue
 		}
 		select {
@@ -1239,7 +1239,7 @@ func (g *Group) tryWoken(ctx context.Context, w wakeup) {
 		// for the vacating transaction rather than read the old holder.
 		m.e.forgetSeat()
 	}
-	g.attempt(ctx, m)
+	g.attempt(ctx, m, false)
 }
 
 // pickSurplus chooses the n namespaces to hand over: those led longest;
@@ -1330,11 +1330,21 @@ func (g *Group) scheduleEdge(m *member, l Lease) {
 
 // attempt runs Elect on m's seat, which the caller marked as tried, and
 // starts leading if it is granted.
-func (g *Group) attempt(ctx context.Context, m *member) {
+func (g *Group) attempt(ctx context.Context, m *member, queued bool) {
 	start := time.Now()
 	actx, cancel := context.WithTimeout(ctx, g.base.expire-g.cfg.SafetyMargin)
 	defer cancel()
-	l, err := m.e.Elect(actx, g.id)
+	var (
+		l   Lease
+		err error
+	)
+	if queued {
+		// From a reading that may be stale by now: another process may
+		// have taken the seat since, and at a cold start most have.
+		l, err = m.e.electIfFree(actx, g.id)
+	} else {
+		l, err = m.e.Elect(actx, g.id)
+	}
 	g.mu.Lock()
 	defer g.unlock()
 	m.attempting, m.overShare = false, false

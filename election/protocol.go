@@ -164,6 +164,37 @@ func (e *Election) campaign(ctx context.Context, id uuid.UUID, yield bool, opts 
 	return out, false, nil
 }
 
+// electIfFree is Elect for a candidate that saw the seat free in a reading
+// that may be stale (a Group's queued attempt): it reads the seat unlocked
+// first and, when another candidate's lease is live, returns that lease
+// without locking the seat or refreshing the candidate's row (the Group
+// refreshes its rows in its rounds). Otherwise it is Elect, which then
+// takes the locked path at once. When many processes start together, the
+// attempts that lose a seat taken since the reading cost one read each,
+// not a transaction queued on the seat's lock.
+func (e *Election) electIfFree(ctx context.Context, id uuid.UUID) (Lease, error) {
+	var (
+		out  Lease
+		held bool
+	)
+	err := e.autocommit(ctx, "Elect", nil, func(conn gorm.ConnPool, _ bool) error {
+		s, err := e.readSeat(ctx, conn, dialect.NoLock)
+		if err != nil || !s.live() || s.leader == id {
+			return err
+		}
+		out, held = e.lease(s), true
+		return nil
+	})
+	if err != nil {
+		return Lease{}, err
+	}
+	if held {
+		e.remember(id, out)
+		return out, nil
+	}
+	return e.Elect(ctx, id)
+}
+
 // elect is Elect's transaction.
 func (e *Election) elect(ctx context.Context, conn gorm.ConnPool, id uuid.UUID) (Lease, error) {
 	for attempt := 0; attempt < 2; attempt++ {
