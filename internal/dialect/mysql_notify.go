@@ -102,8 +102,10 @@ var (
 	// wait; on a direct connection it takes a millisecond or two.
 	myProbeTimeout = 3 * time.Second
 	// myStopTimeout bounds the KILL that ends a listener's session when it
-	// stops.
+	// stops, and each KILL Notify sends.
 	myStopTimeout = 2 * time.Second
+	// myKillWait bounds Notify's wait for its KILLs.
+	myKillWait = 20 * time.Millisecond
 )
 
 // HoldsListenConn is true: a listener keeps one connection waiting.
@@ -132,6 +134,21 @@ func myName(channel string) string {
 // name:crc32(database):, from one bound argument, the name.
 const myPrefix = "(SELECT CONCAT(?, ':', CRC32(COALESCE(DATABASE(), '')), ':') AS p) x"
 
+// myServerCols reads what tells a server and a channel apart (myServer):
+// the prefix, and the server's host name, port and server id.
+const myServerCols = "x.p, @@hostname, @@port, @@server_id"
+
+// myServer is the prefix of a channel's names on a server, with what tells
+// the server apart from others that may have a database of the same name.
+type myServer struct {
+	prefix   string
+	host     string
+	port     int64
+	serverID int64
+}
+
+func (s *myServer) dest() []any { return []any{&s.prefix, &s.host, &s.port, &s.serverID} }
+
 // myWaitSQL is the statement a listener with prefix p waits in. It carries
 // p, so that TiDB's Notify finds it in the process list (and an operator
 // sees what it is).
@@ -149,7 +166,7 @@ func myFreeSQL() string { return mySlotsSQL("IS_FREE_LOCK") }
 
 func mySlotsSQL(fn string) string {
 	var b strings.Builder
-	b.WriteString("SELECT CONNECTION_ID(), x.p")
+	b.WriteString("SELECT CONNECTION_ID(), " + myServerCols)
 	for i := range mySlotCount {
 		fmt.Fprintf(&b, ", %s(CONCAT(x.p, %d))", fn, i)
 	}
@@ -159,7 +176,7 @@ func mySlotsSQL(fn string) string {
 
 // tidbListenersSQL reads the prefix and the connection ids of the
 // statements waiting with it, on every tidb-server of the cluster.
-const tidbListenersSQL = "SELECT x.p, pl.ID FROM " + myPrefix +
+const tidbListenersSQL = "SELECT " + myServerCols + ", pl.ID FROM " + myPrefix +
 	" LEFT JOIN information_schema.CLUSTER_PROCESSLIST pl ON pl.INFO LIKE CONCAT('SELECT SLEEP(%), ''', x.p, '''')"
 
 // myHolder is one listener Notify found: its connection id, and its slot
@@ -169,54 +186,51 @@ type myHolder struct {
 	slot int
 }
 
-// listeners returns the prefix of channel's names on conn and the
-// listeners found.
+// listeners returns the server and prefix of channel's names on conn, and
+// the listeners found.
 func (d mysql) listeners(ctx context.Context, conn interface {
 	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
-}, name string) (string, []myHolder, error) {
+}, name string) (myServer, []myHolder, error) {
+	var srv myServer
 	if d.tidb {
 		rows, err := conn.QueryContext(ctx, tidbListenersSQL, name)
 		if err != nil {
-			return "", nil, err
+			return srv, nil, err
 		}
 		defer rows.Close()
-		var (
-			p  string
-			hs []myHolder
-		)
+		var hs []myHolder
 		for rows.Next() {
 			var id sql.NullInt64
-			if err := rows.Scan(&p, &id); err != nil {
-				return "", nil, err
+			if err := rows.Scan(append(srv.dest(), &id)...); err != nil {
+				return srv, nil, err
 			}
 			if id.Valid {
 				hs = append(hs, myHolder{id: id.Int64, slot: -1})
 			}
 		}
-		return p, hs, rows.Err()
+		return srv, hs, rows.Err()
 	}
 	rows, err := conn.QueryContext(ctx, myUsedSQL(), name)
 	if err != nil {
-		return "", nil, err
+		return srv, nil, err
 	}
 	defer rows.Close()
 	if !rows.Next() {
 		if err := rows.Err(); err != nil {
-			return "", nil, err
+			return srv, nil, err
 		}
-		return "", nil, errors.New("mysql notification: no row")
+		return srv, nil, errors.New("mysql notification: no row")
 	}
 	var (
 		self  int64
-		p     string
 		slots = make([]sql.NullInt64, mySlotCount)
-		dest  = []any{&self, &p}
+		dest  = append([]any{&self}, srv.dest()...)
 	)
 	for i := range slots {
 		dest = append(dest, &slots[i])
 	}
 	if err := rows.Scan(dest...); err != nil {
-		return "", nil, err
+		return srv, nil, err
 	}
 	var hs []myHolder
 	for i, s := range slots {
@@ -224,32 +238,132 @@ func (d mysql) listeners(ctx context.Context, conn interface {
 			hs = append(hs, myHolder{id: s.Int64, slot: i})
 		}
 	}
-	return p, hs, rows.Err()
+	return srv, hs, rows.Err()
 }
 
 // Notify interrupts the waits of the listeners of channel in other
 // processes, and hands payload to those in this one. It never fails: a
 // wake-up that cannot be sent must not undo the transaction that vacates
 // the seat.
+//
+// The KILLs are sent from other goroutines, through a pool of this process
+// that has listened on the same server (myKillPools), and Notify waits for
+// them at most myKillWait, so that the vacating transaction, which holds
+// the seat's row lock, never waits long: on MariaDB a KILL QUERY that comes
+// as its target's SLEEP ends while another KILL of it is under way can
+// take a second or more to return (measured: up to 8 s with three
+// processes sending KILLs to one listener), though it interrupts the wait
+// at once. They take a fraction of a millisecond otherwise, and are sent
+// before Notify returns, so a process that exits once it has vacated the
+// seat has sent them. Only a process that has not listened on the server
+// sends them inside the transaction.
 func (d mysql) Notify(ctx context.Context, conn gorm.ConnPool, channel, payload string) error {
-	p, holders, err := d.listeners(ctx, conn, myName(channel))
+	srv, holders, err := d.listeners(ctx, conn, myName(channel))
 	if err != nil {
 		return nil
 	}
-	local := myDeliver(p, payload)
+	local := myDeliver(srv, payload)
+	var remote []myHolder
 	for _, h := range holders {
-		if slices.Contains(local, h) {
-			continue
+		if !slices.Contains(local, h) {
+			remote = append(remote, h)
 		}
+	}
+	if len(remote) == 0 {
+		return nil
+	}
+	if pool := myKillPool(srv); pool != nil {
+		var wg sync.WaitGroup
+		for _, h := range remote {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				d.killVerified(pool, srv, h)
+			}()
+		}
+		done := make(chan struct{})
+		go func() {
+			wg.Wait()
+			close(done)
+		}()
+		t := time.NewTimer(myKillWait)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		return nil
+	}
+	for _, h := range remote {
 		_, _ = conn.ExecContext(ctx, "KILL QUERY "+strconv.FormatInt(h.id, 10))
 	}
 	return nil
 }
 
+// myKillPools are the pools through which this process has listened, by
+// server and channel: Notify sends its KILLs through them. A pool stays
+// until a listener on the same server and channel replaces it; one closed
+// since fails its KILLs, which are hints.
+var myKillPools = struct {
+	sync.Mutex
+	m        map[myServer]*sql.DB
+	inflight map[myKill]bool // KILLs under way: not sent twice at once
+}{m: map[myServer]*sql.DB{}, inflight: map[myKill]bool{}}
+
+// myKill is one KILL QUERY: a connection on a server.
+type myKill struct {
+	srv myServer
+	id  int64
+}
+
+func myKillPool(srv myServer) *sql.DB {
+	myKillPools.Lock()
+	defer myKillPools.Unlock()
+	return myKillPools.m[srv]
+}
+
+// killVerified interrupts the wait of h through pool, after checking
+// through the same pool that it is still the listener Notify found: the
+// holder of its slot (on TiDB, a connection waiting with the prefix). So a
+// pool that reaches another server, or a listener gone since, is never sent
+// a KILL meant for another connection. A KILL of a connection that another
+// goroutine of this process is sending is not sent again.
+func (d mysql) killVerified(pool *sql.DB, srv myServer, h myHolder) {
+	k := myKill{srv: srv, id: h.id}
+	myKillPools.Lock()
+	busy := myKillPools.inflight[k]
+	myKillPools.inflight[k] = true
+	myKillPools.Unlock()
+	if busy {
+		return
+	}
+	defer func() {
+		myKillPools.Lock()
+		delete(myKillPools.inflight, k)
+		myKillPools.Unlock()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), myStopTimeout)
+	defer cancel()
+	var (
+		holder sql.NullInt64
+		err    error
+	)
+	if d.tidb {
+		err = pool.QueryRowContext(ctx, "SELECT MAX(ID) FROM information_schema.CLUSTER_PROCESSLIST "+
+			"WHERE ID = ? AND INFO LIKE CONCAT('SELECT SLEEP(%), ''', ?, '''')", h.id, srv.prefix).Scan(&holder)
+	} else {
+		err = pool.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", srv.prefix+strconv.Itoa(h.slot)).Scan(&holder)
+	}
+	if err == nil && holder.Valid && holder.Int64 == h.id {
+		_, _ = pool.ExecContext(ctx, "KILL QUERY "+strconv.FormatInt(h.id, 10))
+	}
+}
+
 // myLocal is a listener of this process, to which Notify hands payloads
 // instead of interrupting its wait.
 type myLocal struct {
-	prefix string
+	srv    myServer
 	holder myHolder
 	ch     chan string
 	lost   atomic.Bool // a payload did not fit in ch
@@ -260,14 +374,14 @@ var myLocals = struct {
 	m map[*myLocal]struct{}
 }{m: map[*myLocal]struct{}{}}
 
-// myDeliver hands payload to this process's listeners with prefix p and
-// returns their slots and connections.
-func myDeliver(p, payload string) []myHolder {
+// myDeliver hands payload to this process's listeners of srv and returns
+// their slots and connections.
+func myDeliver(srv myServer, payload string) []myHolder {
 	myLocals.Lock()
 	defer myLocals.Unlock()
 	var hs []myHolder
 	for l := range myLocals.m {
-		if l.prefix != p {
+		if l.srv != srv {
 			continue
 		}
 		hs = append(hs, l.holder)
@@ -286,10 +400,10 @@ type myListener struct {
 	d      mysql
 	db     *sql.DB
 	conn   *sql.Conn
-	name   string // myName of the channel
-	id     int64  // the connection's id
-	prefix string // the name's prefix on this connection: name:crc32(database):
-	slot   int    // -1 on TiDB
+	name   string   // myName of the channel
+	id     int64    // the connection's id
+	srv    myServer // the server, and the name's prefix on it: name:crc32(database):
+	slot   int      // -1 on TiDB
 	local  *myLocal
 	wait   chan waitResult // the running wait's result; nil when none runs
 	cancel context.CancelFunc
@@ -351,7 +465,7 @@ func (d mysql) openListener(ctx context.Context, db *sql.DB, name string, probe 
 		return nil, err
 	}
 	l := &myListener{d: d, db: db, conn: conn, name: name, slot: -1}
-	err = conn.QueryRowContext(ctx, "SELECT CONNECTION_ID(), x.p FROM "+myPrefix, name).Scan(&l.id, &l.prefix)
+	err = conn.QueryRowContext(ctx, "SELECT CONNECTION_ID(), "+myServerCols+" FROM "+myPrefix, name).Scan(append([]any{&l.id}, l.srv.dest()...)...)
 	if err != nil {
 		err = cannotListen(ctx, err, "reading the connection id")
 	} else if probe {
@@ -364,10 +478,13 @@ func (d mysql) openListener(ctx context.Context, db *sql.DB, name string, probe 
 		l.close()
 		return nil, err
 	}
-	l.local = &myLocal{prefix: l.prefix, holder: myHolder{id: l.id, slot: l.slot}, ch: make(chan string, 64)}
+	l.local = &myLocal{srv: l.srv, holder: myHolder{id: l.id, slot: l.slot}, ch: make(chan string, 64)}
 	myLocals.Lock()
 	myLocals.m[l.local] = struct{}{}
 	myLocals.Unlock()
+	myKillPools.Lock()
+	myKillPools.m[l.srv] = db
+	myKillPools.Unlock()
 	return l, nil
 }
 
@@ -377,8 +494,8 @@ func (l *myListener) claimSlot(ctx context.Context) error {
 	free := make([]sql.NullInt64, mySlotCount)
 	var (
 		id   int64
-		p    string
-		dest = []any{&id, &p}
+		srv  myServer
+		dest = append([]any{&id}, srv.dest()...)
 	)
 	for i := range free {
 		dest = append(dest, &free[i])
@@ -391,7 +508,7 @@ func (l *myListener) claimSlot(ctx context.Context) error {
 			continue
 		}
 		var got sql.NullInt64
-		if err := l.conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", l.prefix+strconv.Itoa(i)).Scan(&got); err != nil {
+		if err := l.conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", l.srv.prefix+strconv.Itoa(i)).Scan(&got); err != nil {
 			return cannotListen(ctx, err, "taking a wake-up slot")
 		}
 		if got.Int64 == 1 {
@@ -400,11 +517,11 @@ func (l *myListener) claimSlot(ctx context.Context) error {
 		}
 	}
 	return fmt.Errorf("%w: all %d wake-up slots of %q are taken (one per listening pool on this server and database)",
-		ErrCannotListen, mySlotCount, strings.TrimSuffix(l.prefix, ":"))
+		ErrCannotListen, mySlotCount, strings.TrimSuffix(l.srv.prefix, ":"))
 }
 
 // startWait runs one wait on the listener's connection, in the background.
-func (l *myListener) startWait() { l.startWaitSQL(myWaitSQL(l.prefix)) }
+func (l *myListener) startWait() { l.startWaitSQL(myWaitSQL(l.srv.prefix)) }
 
 // startWaitSQL runs q, a wait, on the listener's connection in the
 // background.
@@ -461,7 +578,7 @@ func probeLock(id int64) string { return "sqlelect_probe:" + strconv.FormatInt(i
 func (l *myListener) probe(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, myProbeTimeout)
 	defer cancel()
-	tag := l.prefix + "probe"
+	tag := l.srv.prefix + "probe"
 	if !l.d.tidb {
 		var got sql.NullInt64
 		if err := l.conn.QueryRowContext(pctx, "SELECT GET_LOCK(?, 0)", probeLock(l.id)).Scan(&got); err != nil {

@@ -11,8 +11,8 @@
 //   - graceful: the leader process gets SIGTERM. Its Elector's Run returns
 //     through its shutdown path, which unregisters the candidate and vacates
 //     the seat; the others try at once when woken (LISTEN/NOTIFY on
-//     PostgreSQL, the notification file on SQLite on Linux; target 10 ms)
-//     or on their next tick (MySQL; target one interval).
+//     PostgreSQL, the notification file on SQLite on Linux, a KILL QUERY
+//     that ends a listener's wait on MySQL, MariaDB and TiDB; target 10 ms).
 //
 // A trial is timed from the signal to the moment another process reports
 // that it leads. Children write one line to a pipe as each event happens
@@ -22,9 +22,12 @@
 //
 //	go run ./internal/cmd/sqlelect-failover -trials 20
 //	go run ./internal/cmd/sqlelect-failover -db postgres -postgres 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'
+//	go run ./internal/cmd/sqlelect-failover -db mysql,tidb -tidb 'mysql://root@tcp(127.0.0.1:14000)/test'
 //
-// The server databases default to $SQLELECT_POSTGRES_DSN and
-// $SQLELECT_MYSQL_DSN; SQLite runs on a new file in a temporary directory.
+// The server databases default to $SQLELECT_POSTGRES_DSN,
+// $SQLELECT_MYSQL_DSN and $SQLELECT_TIDB_DSN (a TiDB is reached with the
+// mysql driver, and reported on a line of its own); SQLite runs on a new
+// file in a temporary directory.
 // The result is printed as a markdown table.
 package main
 
@@ -52,11 +55,13 @@ func main() {
 		c       config
 		dbs     string
 		pg, my  string
+		tidb    string
 		isChild bool
 	)
-	flag.StringVar(&dbs, "db", "", "comma-separated databases to measure: sqlite, postgres, mysql (default: sqlite and every server database with a DSN)")
+	flag.StringVar(&dbs, "db", "", "comma-separated databases to measure: sqlite, postgres, mysql, tidb (default: sqlite and every server database with a DSN)")
 	flag.StringVar(&pg, "postgres", os.Getenv("SQLELECT_POSTGRES_DSN"), "PostgreSQL DSN (default $SQLELECT_POSTGRES_DSN)")
 	flag.StringVar(&my, "mysql", os.Getenv("SQLELECT_MYSQL_DSN"), "MySQL/MariaDB DSN (default $SQLELECT_MYSQL_DSN)")
+	flag.StringVar(&tidb, "tidb", os.Getenv("SQLELECT_TIDB_DSN"), "TiDB DSN, a mysql:// one (default $SQLELECT_TIDB_DSN)")
 	flag.IntVar(&c.procs, "procs", 3, "candidate processes per database")
 	flag.IntVar(&c.trials, "trials", 20, "trials of each kind per database")
 	flag.DurationVar(&c.expire, "expire", 2*time.Second, "expiry window")
@@ -72,7 +77,7 @@ func main() {
 		}
 		return
 	}
-	if err := run(c, dbs, map[string]string{"postgres": pg, "mysql": my}); err != nil {
+	if err := run(c, dbs, map[string]string{"postgres": pg, "mysql": my, "tidb": tidb}); err != nil {
 		fmt.Fprintln(os.Stderr, "sqlelect-failover:", err)
 		os.Exit(1)
 	}
@@ -88,7 +93,7 @@ func run(c config, dbs string, dsns map[string]string) error {
 	var names []string
 	if dbs == "" {
 		names = []string{"sqlite"}
-		for _, n := range []string{"postgres", "mysql"} {
+		for _, n := range []string{"postgres", "mysql", "tidb"} {
 			if dsns[n] != "" {
 				names = append(names, n)
 			}
@@ -109,7 +114,7 @@ func run(c config, dbs string, dsns map[string]string) error {
 		name = strings.TrimSpace(name)
 		dsn, ok := dsns[name]
 		if !ok {
-			return fmt.Errorf("unknown database %q (want sqlite, postgres or mysql)", name)
+			return fmt.Errorf("unknown database %q (want sqlite, postgres, mysql or tidb)", name)
 		}
 		if dsn == "" {
 			return fmt.Errorf("no DSN for %s: set -%s or $SQLELECT_%s_DSN", name, name, strings.ToUpper(name))
