@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -137,16 +138,17 @@ type Group struct {
 	queued  chan struct{} // cap 1: the attempt queue has work
 	events  *dispatcher
 
-	mu       sync.Mutex
-	members  map[string]*member
-	running  bool            // Run's loop is on
-	runCtx   context.Context // Run's context, for leader work
-	stopping bool            // Run is returning
-	leading  int             // members with a leadership
-	share    int             // with Balance: ceil(M/N) as of the last round; 0 before the first
-	queue    []*member       // free seats of the last round, to try in order
-	notes    []func()        // observer calls and work starts, run once mu is released (unlock)
-	flushing bool            // a goroutine runs the notes
+	mu        sync.Mutex
+	members   map[string]*member
+	running   bool            // Run's loop is on
+	runCtx    context.Context // Run's context, for leader work
+	stopping  bool            // Run is returning
+	leading   int             // members with a leadership
+	share     int             // with Balance: ceil(M/N) as of the last round; 0 before the first
+	queue     []*member       // free seats of the last round, to try in order
+	notes     []func()        // observer calls and work starts, run once mu is released (unlock)
+	flushing  bool            // a goroutine runs the notes
+	lastPrune time.Time       // monotonic: the last pruneLed that ran
 }
 
 // member is the Group in one namespace. Its fields change under g.mu.
@@ -642,6 +644,80 @@ func (g *Group) shutdown(ctx context.Context, err error) error {
 	return nil
 }
 
+// pruneLed prunes, at most every half expiry window, the namespaces the
+// Group leads, as an Elector's renewals do for its one namespace: the
+// candidate rows expired for longer than the expiry window, and the terms
+// that ended longer ago than the history retention. It costs two
+// statements whatever the number of namespaces, and one more per expired
+// row (each deleted by its key, so a candidate that came back is kept).
+// It runs after a round, never in it.
+func (g *Group) pruneLed(ctx context.Context) {
+	g.mu.Lock()
+	due := g.lastPrune.IsZero() || time.Since(g.lastPrune) >= g.base.expire/2
+	var led []string
+	if due {
+		for ns, m := range g.members {
+			if m.cur != nil && !m.leaving {
+				led = append(led, ns)
+			}
+		}
+		if len(led) > 0 {
+			g.lastPrune = time.Now()
+		}
+	}
+	g.mu.Unlock()
+	if len(led) == 0 {
+		return
+	}
+	sort.Strings(led)
+	pctx, cancel := context.WithTimeout(ctx, g.base.expire-g.cfg.SafetyMargin)
+	defer cancel()
+	pruned := 0
+	err := g.batch.autocommit(pctx, "Prune", nil, func(conn gorm.ConnPool, _ bool) error {
+		pruned = 0
+		args := append(anyArgs(led), g.base.d.DurationArg(-g.base.expire))
+		rows, err := conn.QueryContext(pctx, dialect.BatchExpired(g.base.d, len(led)), args...)
+		if err != nil {
+			return err
+		}
+		type key struct {
+			ns string
+			id uuid.UUID
+		}
+		var expired []key
+		for rows.Next() {
+			var k key
+			if err := rows.Scan(&k.ns, &k.id); err != nil {
+				rows.Close()
+				return err
+			}
+			expired = append(expired, k)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, k := range expired {
+			n, err := affected(conn.ExecContext(pctx, g.base.q.Prune, k.ns, k.id, g.base.d.DurationArg(-g.base.expire)))
+			if err != nil {
+				return err
+			}
+			pruned += int(n)
+		}
+		args[len(args)-1] = g.base.d.DurationArg(-g.base.retention)
+		n, err := affected(conn.ExecContext(pctx, dialect.BatchPruneHistory(g.base.d, len(led)), args...))
+		pruned += int(n)
+		return err
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			g.log.Warn("election: pruning expired candidates and old history failed", "err", err)
+		}
+	} else if pruned > 0 {
+		g.log.Debug("election: pruned expired candidates and old history", "count", pruned)
+	}
+}
+
 // unregister deletes the Group's candidate rows in namespaces nss, in one
 // statement.
 func (g *Group) unregister(ctx context.Context, nss []string) {
@@ -736,6 +812,7 @@ func (g *Group) loop(ctx context.Context) error {
 			g.log.Warn("election: group round failed; retrying", "err", err, "failures", failures, "retry_in", wait)
 		} else {
 			succeeded, failures = true, 0
+			g.pruneLed(ctx)
 		}
 		timer.Reset(wait)
 		select {

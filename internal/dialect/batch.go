@@ -121,6 +121,26 @@ func BatchLive(d Dialect, n int) string {
 	return finish(d, "SELECT COUNT(DISTINCT candidate_id) FROM election_candidates WHERE namespace IN ("+marks(n)+") AND expires_at > "+p.now())
 }
 
+// BatchExpired lists the candidate rows of n namespaces that expired before
+// the database clock plus a duration, as Expired does for one namespace:
+// parameters are the n namespaces, then the duration (negative: rows
+// expired for longer than it). Rows: namespace, candidate_id. Each is then
+// deleted by its primary key with Prune, so that a candidate that came back
+// since is kept and no range is locked.
+func BatchExpired(d Dialect, n int) string {
+	return finish(d, "SELECT namespace, candidate_id FROM election_candidates WHERE namespace IN ("+marks(n)+
+		") AND expires_at < "+d.(pieces).nowPlus())
+}
+
+// BatchPruneHistory deletes the terms of n namespaces that ended before the
+// database clock plus a duration, as PruneHistory does for one namespace:
+// parameters are the n namespaces, then the duration (negative: the
+// retention).
+func BatchPruneHistory(d Dialect, n int) string {
+	return finish(d, "DELETE FROM election_history WHERE namespace IN ("+marks(n)+
+		") AND ended_at < "+d.(pieces).nowPlus())
+}
+
 // BatchUnregister deletes a candidate's rows in n namespaces: parameters
 // are the candidate id, then the namespaces.
 func BatchUnregister(d Dialect, n int) string {
