@@ -273,18 +273,10 @@ func (d mysql) Notify(ctx context.Context, conn gorm.ConnPool, channel, payload 
 		return nil
 	}
 	if pool := myKillPool(srv); pool != nil {
-		var wg sync.WaitGroup
-		for _, h := range remote {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				d.killVerified(pool, srv, h)
-			}()
-		}
 		done := make(chan struct{})
 		go func() {
-			wg.Wait()
-			close(done)
+			defer close(done)
+			d.killVerified(pool, myName(channel), srv, remote)
 		}()
 		t := time.NewTimer(myKillWait)
 		defer t.Stop()
@@ -323,41 +315,97 @@ func myKillPool(srv myServer) *sql.DB {
 	return myKillPools.m[srv]
 }
 
-// killVerified interrupts the wait of h through pool, after checking
-// through the same pool that it is still the listener Notify found: the
-// holder of its slot (on TiDB, a connection waiting with the prefix). So a
-// pool that reaches another server, or a listener gone since, is never sent
-// a KILL meant for another connection. A KILL of a connection that another
-// goroutine of this process is sending is not sent again.
-func (d mysql) killVerified(pool *sql.DB, srv myServer, h myHolder) {
-	k := myKill{srv: srv, id: h.id}
-	myKillPools.Lock()
-	busy := myKillPools.inflight[k]
-	myKillPools.inflight[k] = true
-	myKillPools.Unlock()
-	if busy {
-		return
-	}
-	defer func() {
-		myKillPools.Lock()
-		delete(myKillPools.inflight, k)
-		myKillPools.Unlock()
-	}()
+// killVerified interrupts the waits of hs, the listeners of name Notify
+// found on srv, through one connection of pool: it first checks through it
+// that they are still there, on the same server (host, port and server id)
+// in the same slot (on TiDB, waiting with the same prefix). So a pool that
+// reaches another server, or a listener gone since, is never sent a KILL
+// meant for another connection. A KILL of a connection that another Notify
+// of this process is sending is not sent again.
+func (d mysql) killVerified(pool *sql.DB, name string, srv myServer, hs []myHolder) {
 	ctx, cancel := context.WithTimeout(context.Background(), myStopTimeout)
 	defer cancel()
-	var (
-		holder sql.NullInt64
-		err    error
-	)
+	conn, err := pool.Conn(ctx)
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	found, err := d.stillListening(ctx, conn, name, srv, hs)
+	if err != nil {
+		return
+	}
+	for _, h := range found {
+		k := myKill{srv: srv, id: h.id}
+		if !myKillStart(k) {
+			continue
+		}
+		_, err := conn.ExecContext(ctx, "KILL QUERY "+strconv.FormatInt(h.id, 10))
+		myKillEnd(k)
+		if ctx.Err() != nil || lostBetweenWaits(err) {
+			return
+		}
+	}
+}
+
+// stillListening returns those of hs that conn finds listening as Notify
+// found them on srv: none when conn reaches another server. On MySQL and
+// MariaDB it reads the holders of their slots only.
+func (d mysql) stillListening(ctx context.Context, conn *sql.Conn, name string, srv myServer, hs []myHolder) ([]myHolder, error) {
 	if d.tidb {
-		err = pool.QueryRowContext(ctx, "SELECT MAX(ID) FROM information_schema.CLUSTER_PROCESSLIST "+
-			"WHERE ID = ? AND INFO LIKE CONCAT('SELECT SLEEP(%), ''', ?, '''')", h.id, srv.prefix).Scan(&holder)
-	} else {
-		err = pool.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", srv.prefix+strconv.Itoa(h.slot)).Scan(&holder)
+		now, found, err := d.listeners(ctx, conn, name)
+		if err != nil || now != srv {
+			return nil, err
+		}
+		var out []myHolder
+		for _, h := range hs {
+			if slices.Contains(found, h) {
+				out = append(out, h)
+			}
+		}
+		return out, nil
 	}
-	if err == nil && holder.Valid && holder.Int64 == h.id {
-		_, _ = pool.ExecContext(ctx, "KILL QUERY "+strconv.FormatInt(h.id, 10))
+	var (
+		q    strings.Builder
+		args []any // the slots', then the name (in the derived table, last)
+		now  myServer
+		ids  = make([]sql.NullInt64, len(hs))
+		dest = now.dest()
+	)
+	q.WriteString("SELECT " + myServerCols)
+	for i, h := range hs {
+		q.WriteString(", IS_USED_LOCK(CONCAT(x.p, ?))")
+		args = append(args, h.slot)
+		dest = append(dest, &ids[i])
 	}
+	q.WriteString(" FROM " + myPrefix)
+	args = append(args, name)
+	if err := conn.QueryRowContext(ctx, q.String(), args...).Scan(dest...); err != nil || now != srv {
+		return nil, err
+	}
+	var out []myHolder
+	for i, h := range hs {
+		if ids[i].Valid && ids[i].Int64 == h.id {
+			out = append(out, h)
+		}
+	}
+	return out, nil
+}
+
+// myKillStart records a KILL as under way, or reports false when it is.
+func myKillStart(k myKill) bool {
+	myKillPools.Lock()
+	defer myKillPools.Unlock()
+	if myKillPools.inflight[k] {
+		return false
+	}
+	myKillPools.inflight[k] = true
+	return true
+}
+
+func myKillEnd(k myKill) {
+	myKillPools.Lock()
+	defer myKillPools.Unlock()
+	delete(myKillPools.inflight, k)
 }
 
 // myLocal is a listener of this process, to which Notify hands payloads
