@@ -202,20 +202,50 @@ func parent() error {
 		return fmt.Errorf("-balance %q: want off, on or both", *balance)
 	}
 	fmt.Printf("%s, TTL %v, interval %v, steady window %v\n", *db, *expire, *expire/3, *steady)
+	if *db == "postgres" {
+		var av string
+		if err := gdb.Raw("SHOW autovacuum").Scan(&av).Error; err == nil && av != "on" {
+			fmt.Printf("autovacuum is %s on this server: the election tables are vacuumed before each size, as autovacuum would keep them\n", av)
+		}
+	}
 	fmt.Println("| M | P | balance | cold start to all led | flaps | statements/s | per process per interval | connections | CPU per process | max led (share) | failover of a killed process | overlaps |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, m := range ints(*nsList) {
 		for _, p := range ints(*procList) {
 			for _, bal := range modes {
+				tidy(ctx, gdb, *db)
 				row, err := measure(ctx, gdb, *db, dsn, m, p, bal, *expire, *steady)
 				if err != nil {
-					return fmt.Errorf("%d namespaces, %d processes: %w", m, p, err)
+					// A size that fails is reported in its row; the
+					// others still run.
+					row = fmt.Sprintf("| %d | %d | %s | **failed**: %v | | | | | | | | |", m, p, onOff(bal), err)
 				}
 				fmt.Println(row)
 			}
 		}
 	}
 	return nil
+}
+
+// tidy deletes the rows earlier sizes left (their namespaces begin with
+// "scale-") and, on PostgreSQL, vacuums the election tables: every
+// heartbeat leaves a dead row version behind, and a server without
+// autovacuum, or one that lags behind the earlier sizes, would make the
+// next size pay for them.
+func tidy(ctx context.Context, gdb *gorm.DB, db string) {
+	for _, table := range []string{"election_candidates", "election_leaders", "election_history"} {
+		gdb.WithContext(ctx).Exec("DELETE FROM "+table+" WHERE namespace LIKE ?", "scale-%")
+	}
+	if db == "postgres" {
+		gdb.WithContext(ctx).Exec("VACUUM (ANALYZE) election_candidates, election_leaders, election_history")
+	}
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
 }
 
 func dsnFor(db string) (string, error) {
