@@ -644,7 +644,7 @@ func (g *Group) shutdown(ctx context.Context, err error) error {
 	return nil
 }
 
-// pruneLed prunes, at most every half expiry window, the namespaces the
+// pruneLed prunes, at most every two expiry windows, the namespaces the
 // Group leads, as an Elector's renewals do for its one namespace: the
 // candidate rows expired for longer than the expiry window, and the terms
 // that ended longer ago than the history retention. It costs two
@@ -653,7 +653,10 @@ func (g *Group) shutdown(ctx context.Context, err error) error {
 // It runs after a round, never in it.
 func (g *Group) pruneLed(ctx context.Context) {
 	g.mu.Lock()
-	due := g.lastPrune.IsZero() || time.Since(g.lastPrune) >= g.base.expire/2
+	// Less often than an Elector (every half window): a Group's round is
+	// one statement, which a prune every half window would more than
+	// double; a row is pruned once expired for a window anyway.
+	due := g.lastPrune.IsZero() || time.Since(g.lastPrune) >= 2*g.base.expire
 	var led []string
 	if due {
 		for ns, m := range g.members {
