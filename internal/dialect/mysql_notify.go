@@ -95,8 +95,9 @@ var (
 	// at once.
 	mySlotCount = 64
 	// myWaitSeconds is the length of one wait; a listener then waits again.
-	// It also bounds how long a slot stays taken after a listener's
-	// process dies without its socket being closed by the kernel.
+	// It also bounds how long the slot of a listener whose process died
+	// stays taken: the server notices the closed connection only when the
+	// wait ends, or when a Notify interrupts it.
 	myWaitSeconds = 30
 	// myProbeTimeout bounds Listen's check that a KILL QUERY interrupts the
 	// wait; on a direct connection it takes a millisecond or two.
@@ -104,8 +105,11 @@ var (
 	// myStopTimeout bounds the KILL that ends a listener's session when it
 	// stops, and each KILL Notify sends.
 	myStopTimeout = 2 * time.Second
-	// myKillWait bounds Notify's wait for its KILLs.
+	// myKillWait bounds Notify's wait for its KILLs to be sent.
 	myKillWait = 20 * time.Millisecond
+	// myKillGrace is how long Notify gives its KILLs, once sent, to
+	// complete.
+	myKillGrace = 2 * time.Millisecond
 )
 
 // HoldsListenConn is true: a listener keeps one connection waiting.
@@ -247,16 +251,17 @@ func (d mysql) listeners(ctx context.Context, conn interface {
 // the seat.
 //
 // The KILLs are sent from other goroutines, through a pool of this process
-// that has listened on the same server (myKillPools), and Notify waits for
-// them at most myKillWait, so that the vacating transaction, which holds
-// the seat's row lock, never waits long: on MariaDB a KILL QUERY that comes
-// as its target's SLEEP ends while another KILL of it is under way can
-// take a second or more to return (measured: up to 8 s with three
-// processes sending KILLs to one listener), though it interrupts the wait
-// at once. They take a fraction of a millisecond otherwise, and are sent
-// before Notify returns, so a process that exits once it has vacated the
-// seat has sent them. Only a process that has not listened on the server
-// sends them inside the transaction.
+// that has listened on the same server (myKillPools), and Notify waits only
+// until they are sent and have had a moment to complete (killAsync), so
+// that the vacating transaction, which holds the seat's row lock, never
+// waits long for one. On MariaDB a KILL QUERY can take from 50 ms to
+// seconds to return, and to interrupt the wait, when it meets its target
+// at the wrong moment: as a wait ends while another KILL of it is under way
+// (measured: up to 8 s with three processes sending KILLs to one
+// listener), or now and then on the session of a process that died. Sent
+// before Notify returns, they are sent even by a process that exits once
+// it has vacated the seat. Only a process that has not listened on the
+// server sends them inside the transaction.
 func (d mysql) Notify(ctx context.Context, conn gorm.ConnPool, channel, payload string) error {
 	srv, holders, err := d.listeners(ctx, conn, myName(channel))
 	if err != nil {
@@ -273,18 +278,7 @@ func (d mysql) Notify(ctx context.Context, conn gorm.ConnPool, channel, payload 
 		return nil
 	}
 	if pool := myKillPool(srv); pool != nil {
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			d.killVerified(pool, myName(channel), srv, remote)
-		}()
-		t := time.NewTimer(myKillWait)
-		defer t.Stop()
-		select {
-		case <-done:
-		case <-t.C:
-		case <-ctx.Done():
-		}
+		d.killAsync(ctx, pool, myName(channel), srv, remote)
 		return nil
 	}
 	for _, h := range remote {
@@ -315,36 +309,99 @@ func myKillPool(srv myServer) *sql.DB {
 	return myKillPools.m[srv]
 }
 
-// killVerified interrupts the waits of hs, the listeners of name Notify
-// found on srv, through one connection of pool: it first checks through it
-// that they are still there, on the same server (host, port and server id)
-// in the same slot (on TiDB, waiting with the same prefix). So a pool that
-// reaches another server, or a listener gone since, is never sent a KILL
-// meant for another connection. A KILL of a connection that another Notify
-// of this process is sending is not sent again.
-func (d mysql) killVerified(pool *sql.DB, name string, srv myServer, hs []myHolder) {
-	ctx, cancel := context.WithTimeout(context.Background(), myStopTimeout)
-	defer cancel()
-	conn, err := pool.Conn(ctx)
-	if err != nil {
+// killAsync interrupts the waits of hs through pool, from other
+// goroutines, and returns once every KILL has been sent and has had
+// myKillGrace to complete (they take a fraction of a millisecond, unless
+// MariaDB holds one up), and at the latest after myKillWait.
+func (d mysql) killAsync(ctx context.Context, pool *sql.DB, name string, srv myServer, hs []myHolder) {
+	ready := make(chan int, 1)
+	sent := make(chan struct{}, len(hs))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		d.killVerified(pool, name, srv, hs, ready, sent)
+	}()
+	deadline := time.NewTimer(myKillWait)
+	defer deadline.Stop()
+	var n int
+	select {
+	case n = <-ready:
+	case <-done:
+		return
+	case <-deadline.C:
+		return
+	case <-ctx.Done():
 		return
 	}
-	defer conn.Close()
-	found, err := d.stillListening(ctx, conn, name, srv, hs)
-	if err != nil {
-		return
-	}
-	for _, h := range found {
-		k := myKill{srv: srv, id: h.id}
-		if !myKillStart(k) {
-			continue
-		}
-		_, err := conn.ExecContext(ctx, "KILL QUERY "+strconv.FormatInt(h.id, 10))
-		myKillEnd(k)
-		if ctx.Err() != nil || lostBetweenWaits(err) {
+	for range n {
+		select {
+		case <-sent:
+		case <-done:
+			return
+		case <-deadline.C:
+			return
+		case <-ctx.Done():
 			return
 		}
 	}
+	grace := time.NewTimer(myKillGrace)
+	defer grace.Stop()
+	select {
+	case <-done:
+	case <-grace.C:
+	case <-deadline.C:
+	case <-ctx.Done():
+	}
+}
+
+// killVerified interrupts the waits of hs, the listeners of name Notify
+// found on srv, through pool. It first checks through one of its
+// connections that they are still there, on the same server (host, port
+// and server id) in the same slot (on TiDB, waiting with the same prefix):
+// so a pool that reaches another server, or a listener gone since, is
+// never sent a KILL meant for another connection. It reports on ready how
+// many KILLs it sends, then sends each on a connection of its own (at most
+// eight at once), reporting on sent as each goes out, so that a KILL
+// MariaDB holds up does not hold up the others; a KILL of a connection
+// that another Notify of this process is sending is not sent again.
+func (d mysql) killVerified(pool *sql.DB, name string, srv myServer, hs []myHolder, ready chan<- int, sent chan<- struct{}) {
+	ctx, cancel := context.WithTimeout(context.Background(), myStopTimeout)
+	defer cancel()
+	var found []myHolder
+	conn, err := pool.Conn(ctx)
+	if err == nil {
+		found, err = d.stillListening(ctx, conn, name, srv, hs)
+		conn.Close()
+	}
+	if err != nil {
+		return
+	}
+	var kills []myKill
+	for _, h := range found {
+		if k := (myKill{srv: srv, id: h.id}); myKillStart(k) {
+			kills = append(kills, k)
+		}
+	}
+	ready <- len(kills)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for _, k := range kills {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer myKillEnd(k)
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			c, err := pool.Conn(ctx)
+			sent <- struct{}{}
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			_, _ = c.ExecContext(ctx, "KILL QUERY "+strconv.FormatInt(k.id, 10))
+		}()
+	}
+	wg.Wait()
 }
 
 // stillListening returns those of hs that conn finds listening as Notify
