@@ -41,12 +41,12 @@ TIDB_DSN = mysql://root@tcp(127.0.0.1:14000)/test
 
 test-tidb:
 	internal/ci/tidb.sh start
-	SQLELECT_TEST_ONLY=mysql SQLELECT_MYSQL_DSN='$(TIDB_DSN)' go test -race -count=1 ./election/ ./migrate/ ./internal/dialect/; \
+	SQLELECT_TEST_ONLY=mysql SQLELECT_MYSQL_DSN='$(TIDB_DSN)' SQLELECT_EXPECT_TIDB=1 go test -race -count=1 ./election/ ./migrate/ ./internal/dialect/; \
 	  rc=$$?; internal/ci/tidb.sh stop; exit $$rc
 
 bench-tidb:
 	internal/ci/tidb.sh start
-	export SQLELECT_TEST_ONLY=mysql SQLELECT_MYSQL_DSN='$(TIDB_DSN)'; $(BENCH); \
+	export SQLELECT_TEST_ONLY=mysql SQLELECT_MYSQL_DSN='$(TIDB_DSN)' SQLELECT_EXPECT_TIDB=1; $(BENCH); \
 	  rc=$$?; internal/ci/tidb.sh stop; exit $$rc
 
 # Groups at scale: 1 to 1,000 namespaces, 2 to 32 candidate processes, with

@@ -30,6 +30,11 @@ import (
 //     the same payload to a file beside the database, and the pool's
 //     listener, told of the change by inotify, wakes the hub it names. The
 //     line is written before commit; those woken wait for the write lock.
+//   - Across processes, on MySQL, MariaDB and TiDB: the vacating
+//     transaction interrupts each pool's listener (a connection waiting in
+//     SELECT SLEEP) with KILL QUERY; the interruption carries no payload, so
+//     a woken listener wakes every hub of its pool. Listeners in this
+//     process get the payload instead.
 //
 // The candidate that vacated is never woken by its own handoff.
 //

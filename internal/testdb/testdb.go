@@ -27,6 +27,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/sqlelect/sqlelect/internal/dialect"
 	"github.com/sqlelect/sqlelect/migrate"
 	"github.com/sqlelect/sqlelect/session"
 )
@@ -76,13 +77,16 @@ func SkipWithoutNotifications(tb testing.TB, tg Target) {
 
 // WakesOtherPools reports whether a handoff on tg wakes candidates on other
 // pools (other processes): through NOTIFY on PostgreSQL without a
-// transaction pooler, through a file beside the database on SQLite on Linux.
+// transaction pooler, through a file beside the database on SQLite on
+// Linux, through KILL QUERY on MySQL, MariaDB and TiDB.
 func WakesOtherPools(tg Target) bool {
 	switch tg.Name {
 	case "postgres":
 		return !TransactionPooler()
 	case "sqlite":
 		return runtime.GOOS == "linux"
+	case "mysql":
+		return true
 	}
 	return false
 }
@@ -285,17 +289,24 @@ func Raw(tb testing.TB, db *gorm.DB) *sql.DB {
 // String names the target for messages.
 func (tg Target) String() string { return tg.Name }
 
-// TiDB reports whether db is a TiDB server (reached as the mysql target).
+// TiDB reports whether db is a TiDB server (reached as the mysql target),
+// as the library tells it: by a variable of TiDB's own, whatever VERSION()
+// says.
 func TiDB(tb testing.TB, db *gorm.DB) bool {
 	tb.Helper()
 	if db.Dialector.Name() != "mysql" {
 		return false
 	}
-	var version string
-	if err := db.Raw("SELECT VERSION()").Row().Scan(&version); err != nil {
-		tb.Fatalf("SELECT VERSION(): %v", err)
+	d, err := dialect.For(db)
+	if err != nil {
+		tb.Fatalf("dialect: %v", err)
 	}
-	return strings.Contains(strings.ToLower(version), "tidb")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if d, err = dialect.Detect(ctx, db, d); err != nil {
+		tb.Fatalf("detecting TiDB: %v", err)
+	}
+	return dialect.TiDB(d)
 }
 
 // GaleraEnv names the nodes of a Galera cluster to test against: a comma
