@@ -176,6 +176,11 @@ func TestLeaderRenewalNeverWaitsOnFollowers(t *testing.T) {
 			}
 			stop()
 			<-sampled
+			var after int64
+			must(t, "the leader's session id", testdb.Raw(t, leaderDB).QueryRowContext(ctx, idQuery).Scan(&after))
+			if after != session {
+				t.Fatalf("the leader's session changed from %d to %d during the run: the samples watched another", session, after)
+			}
 			cancel()
 			t.Logf("%d renewals beside %d followers; %d samples of the leader's session, %d in a lock wait", renewals, followers, samples.Load(), waits.Load())
 			if samples.Load() < 100 {

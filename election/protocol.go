@@ -124,9 +124,9 @@ func (e *Election) campaign(ctx context.Context, id uuid.UUID, yield bool, opts 
 	// candidate's live lease, even one that should have ended since (its
 	// holder may have renewed it: a follower trying at the lease's edge
 	// must not lock a renewed seat); a lease found ended costs that one
-	// read more. Otherwise (a first election, a seat read vacant, a
-	// handoff wake-up) the locked path is the one that can succeed, and is
-	// taken straight away.
+	// read more, and so is the Election's first call, which has no
+	// reading yet. Otherwise (a seat read vacant, a handoff wake-up) the
+	// locked path is the one that can succeed, and is taken straight away.
 	if e.heldByAnother(id) {
 		lost := false
 		err := e.autocommit(ctx, "Elect", opts, func(conn gorm.ConnPool, _ bool) error {

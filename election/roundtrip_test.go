@@ -43,10 +43,12 @@ func openCounted(tb testing.TB, tg testdb.Target) (*gorm.DB, *rtcount.Counter) {
 
 // Round-trip budgets of Elect (see docs/performance.md).
 const (
-	// a first acquisition on a new namespace: begin, read and lock the
-	// seat, refresh the candidate, create the seat, record the term in the
+	// a first acquisition on a new namespace by a new Election: an
+	// unlocked read of the seat (a new candidate usually finds it held,
+	// and must not lock it then); then begin, read and lock the seat,
+	// refresh the candidate, create the seat, record the term in the
 	// history, commit
-	maxFirstRoundTrips = 6
+	maxFirstRoundTrips = 7
 	// a takeover of a lapsed lease: the first acquisition's 6, with the
 	// grant in place of the insert, and the old term's end in the history
 	// (the new leader prunes later, on a renewal)
@@ -74,6 +76,12 @@ func TestRoundTripElect(t *testing.T) {
 			db, c := openCounted(t, tg)
 			e := mustElection(t, db, testdb.Namespace(t))
 			id := uuid.New()
+			// The Election's first call outside a transaction prepares its
+			// statements where that pays (SQLite): once per Election, not
+			// per call, so it is left out of the count.
+			if _, err := e.ListCandidates(ctx); err != nil {
+				t.Fatalf("ListCandidates: %v", err)
+			}
 
 			before := c.Snapshot()
 			first, err := e.Elect(ctx, id)

@@ -30,6 +30,7 @@ func (s seat) live() bool { return s.leader != uuid.Nil && s.expires.After(s.now
 // step and when an Elector tries at the lease's end; the database clock
 // decides.
 type seatHint struct {
+	read   bool // the seat was read (or a handoff said it is changing hands)
 	leader uuid.UUID
 	ends   time.Time
 }
@@ -37,20 +38,22 @@ type seatHint struct {
 // noteSeat records what a reading of the seat, sent at local time sent,
 // showed.
 func (e *Election) noteSeat(s seat, sent time.Time) {
-	h := seatHint{}
+	h := seatHint{read: true}
 	if s.live() {
 		left := s.expires.Sub(s.now)
-		h = seatHint{leader: s.leader, ends: sent.Add(left)}
+		h = seatHint{read: true, leader: s.leader, ends: sent.Add(left)}
 	}
 	e.mu.Lock()
 	e.seen = h
 	e.mu.Unlock()
 }
 
-// forgetSeat drops the last reading: the next Elect takes the locked path.
+// forgetSeat drops the last reading as if it had shown the seat free (a
+// handoff: the seat is changing hands): the next Elect takes the locked
+// path, which waits for the vacating transaction.
 func (e *Election) forgetSeat() {
 	e.mu.Lock()
-	e.seen = seatHint{}
+	e.seen = seatHint{read: true}
 	e.mu.Unlock()
 }
 
@@ -66,14 +69,15 @@ func (e *Election) seatEnds(leader uuid.UUID) (time.Time, bool) {
 	return e.seen.ends, true
 }
 
-// heldByAnother reports whether the last reading of the seat showed a live
-// lease of another candidate than id. That lease may have ended since, or
-// been renewed: Elect reads the seat unlocked first to tell, so that a
-// follower never locks a seat whose lease its holder has renewed.
+// heldByAnother reports whether Elect by id should read the seat unlocked
+// before it may lock it: when the Election has not read the seat yet (a
+// new candidate usually finds it held), or the last reading showed a live
+// lease of another candidate than id, which may have ended since or been
+// renewed. So a follower never locks a seat whose lease is live.
 func (e *Election) heldByAnother(id uuid.UUID) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.seen.leader != uuid.Nil && e.seen.leader != id
+	return !e.seen.read || (e.seen.leader != uuid.Nil && e.seen.leader != id)
 }
 
 // readSeat reads the leader row with the given lock, and the database
