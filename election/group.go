@@ -644,8 +644,8 @@ func (g *Group) shutdown(ctx context.Context, err error) error {
 	return nil
 }
 
-// pruneLed prunes, at most every two expiry windows, the namespaces the
-// Group leads, as an Elector's renewals do for its one namespace: the
+// pruneLed prunes, every two expiry windows from the first round, the
+// namespaces the Group leads, as an Elector's renewals do for its one namespace: the
 // candidate rows expired for longer than the expiry window, and the terms
 // that ended longer ago than the history retention. It costs two
 // statements whatever the number of namespaces, and one more per expired
@@ -655,8 +655,13 @@ func (g *Group) pruneLed(ctx context.Context) {
 	g.mu.Lock()
 	// Less often than an Elector (every half window): a Group's round is
 	// one statement, which a prune every half window would more than
-	// double; a row is pruned once expired for a window anyway.
-	due := g.lastPrune.IsZero() || time.Since(g.lastPrune) >= 2*g.base.expire
+	// double; a row is pruned once expired for a window anyway. The first
+	// prune comes two windows after the first round, not in the rounds of
+	// a cold start.
+	if g.lastPrune.IsZero() {
+		g.lastPrune = time.Now()
+	}
+	due := time.Since(g.lastPrune) >= 2*g.base.expire
 	var led []string
 	if due {
 		for ns, m := range g.members {
