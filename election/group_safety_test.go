@@ -179,24 +179,29 @@ func TestGroupSeatVacatedDuringRound(t *testing.T) {
 				return e.kind == "attempt" && e.ns == nss[2] && e.a.Outcome == election.OutcomeRenewed
 			})
 			events := obs.since(from)
+			// The vacated term is never reported renewed (a later term of
+			// a's own, taken back after its sit-out where the held-back
+			// round ended late, may be).
 			for _, e := range events {
-				if e.kind == "attempt" && e.ns == nss[0] && e.a.Outcome == election.OutcomeRenewed {
-					t.Errorf("the vacated namespace was reported renewed: %v", e)
+				if e.kind == "attempt" && e.ns == nss[0] && e.a.Outcome == election.OutcomeRenewed && e.a.Lease.Term == cleared.Term {
+					t.Errorf("the vacated term was reported renewed: %v", e)
 				}
-			}
-			if a.g.IsLeader(nss[0]) {
-				t.Error("a still leads the namespace vacated during its round")
 			}
 			if testdb.TiDB(t, db) {
 				// TiDB wakes a pessimistic lock's waiter late enough that
-				// the held-back round can outlast the trust windows: the
-				// Group then steps down in every namespace, which is safe.
-				// Only the safety above is asserted there.
+				// the held-back round can outlast the trust windows (the
+				// Group then steps down in every namespace), or end after
+				// the round the test waited for. Only that the vacated
+				// namespace is never reported renewed, and the checker, are
+				// asserted there.
 				must(t, "a's Run", a.stop())
 				if err := rec.Check().Err(); err != nil {
 					t.Error(err)
 				}
 				return
+			}
+			if a.g.IsLeader(nss[0]) {
+				t.Error("a still leads the namespace vacated during its round")
 			}
 			if stops := stopsOf(events, nss[0]); len(stops) != 1 || stops[0].ld.Reason != election.StopVacated {
 				t.Errorf("ends of leadership in the vacated namespace: %v, want one, vacated", stops)
