@@ -1,10 +1,7 @@
 package election_test
 
 import (
-	"context"
-	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 	"gorm.io/gorm"
@@ -12,8 +9,6 @@ import (
 	"github.com/sqlelect/sqlelect/election"
 	"github.com/sqlelect/sqlelect/internal/rtcount"
 	"github.com/sqlelect/sqlelect/internal/testdb"
-	"github.com/sqlelect/sqlelect/migrate"
-	"github.com/sqlelect/sqlelect/session"
 )
 
 // openCounted opens target's database through session.OpenWrapped with a
@@ -22,22 +17,7 @@ import (
 // file.
 func openCounted(tb testing.TB, tg testdb.Target) (*gorm.DB, *rtcount.Counter) {
 	tb.Helper()
-	dsn := tg.DSN
-	if tg.Name == "sqlite" {
-		dsn = "sqlite:" + filepath.Join(tb.TempDir(), "roundtrips.db")
-	}
-	c := &rtcount.Counter{}
-	db, err := session.OpenWrapped(dsn, c.Wrap)
-	if err != nil {
-		tb.Fatalf("opening %s: %v", tg.Name, err)
-	}
-	tb.Cleanup(func() { testdb.Close(db) })
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := migrate.Up(ctx, db); err != nil {
-		tb.Fatalf("migrate.Up on %s: %v", tg.Name, err)
-	}
-	testdb.Raw(tb, db).SetMaxOpenConns(1)
+	db, c, _ := openCountedDSN(tb, tg)
 	return db, c
 }
 
