@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -39,6 +40,14 @@ type Election struct {
 	vacated   []func(ctx context.Context, conn gorm.ConnPool, leader uuid.UUID) error
 
 	handoffOnce sync.Once // registers the wake-up hook once (handoff.go)
+
+	// rowsKept is set on a Group's Election of one namespace once a round
+	// of the Group has written its candidate row there: the rounds keep
+	// the row, and Elect neither creates nor refreshes it. An attempt then
+	// writes only the seat and the history, so it never waits for the
+	// Group's own round, which holds the candidate rows until it commits,
+	// while it holds a seat's lock that another process's renewal needs.
+	rowsKept atomic.Bool
 
 	stmts  *stmtCache // prepared statements, for dialects that gain from them (stmtcache.go)
 	parent *Election  // the Election whose stmts this one shares (inNamespace), kept reachable

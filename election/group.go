@@ -915,6 +915,11 @@ func (g *Group) fullRound(ctx context.Context) error {
 		return err
 	}
 
+	for _, m := range in {
+		// The round wrote m's candidate row, and the rounds keep it from
+		// now on: attempts leave it alone.
+		m.e.rowsKept.Store(true)
+	}
 	trusted := start.Add(g.base.expire - g.cfg.SafetyMargin)
 	heldBy := make(map[*member]heldSeat, len(held))
 	for _, h := range held {

@@ -3,6 +3,8 @@ package election_test
 import (
 	"context"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -164,6 +166,78 @@ func TestGroupBalanceRoundTrips(t *testing.T) {
 				t.Errorf("Balance round trips per round: %d with 4 namespaces, %d with 64", perRound[4], perRound[64])
 			}
 			t.Logf("Balance round trips per round: %v", perRound)
+		})
+	}
+}
+
+// TestGroupAttemptsLeaveCandidateRows: a Group's attempts write only seats
+// and history, never its candidate rows, which its rounds keep. So an
+// attempt holding a seat's lock never waits for the Group's own round,
+// which holds those rows until it commits (and another process's renewal
+// of that seat would wait behind both). The Group takes three vacant seats
+// (queued attempts) and one at the end of another candidate's lease (the
+// edge); none of that runs the one-row upsert Elect uses. (The attempter
+// tries one seat at a time, and a round leaves out only the seat being
+// tried: the rounds' heartbeats here are of three rows or four, never the
+// one-row text.)
+func TestGroupAttemptsLeaveCandidateRows(t *testing.T) {
+	for _, tg := range testdb.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			dsn := tg.DSN
+			if tg.Name == "sqlite" {
+				dsn = "sqlite:" + filepath.Join(t.TempDir(), "rows.db")
+			}
+			var (
+				mu      sync.Mutex
+				writes  []string // the candidate-row writes sent
+				capture = true
+			)
+			c := &rtcount.Counter{Observe: func(k rtcount.Kind, q string) {
+				// Sent, not prepared (SQLite's Elections prepare their
+				// statements ahead).
+				if k != rtcount.Prepare && strings.Contains(q, "INSERT INTO election_candidates") {
+					mu.Lock()
+					if capture {
+						writes = append(writes, q)
+					}
+					mu.Unlock()
+				}
+			}}
+			db, err := session.OpenWrapped(dsn, c.Wrap)
+			must(t, "opening the counted pool", err)
+			t.Cleanup(func() { testdb.Close(db) })
+			must(t, "migrate.Up", migrate.Up(testCtx(t), db))
+
+			// The text of Elect's one-row upsert, from an Election's first
+			// acquisition on the same pool.
+			mustElect(t, mustElection(t, db, testdb.Namespace(t)+".single"), uuid.New())
+			mu.Lock()
+			single := map[string]bool{}
+			for _, q := range writes {
+				single[q] = true
+			}
+			writes = nil
+			mu.Unlock()
+			if len(single) == 0 {
+				t.Fatal("Elect sent no write of a candidate row")
+			}
+			nss := groupNamespaces(t, 4)
+			other := mustElection(t, testdb.OpenDSN(t, dsn), nss[0], election.WithExpire(time.Second))
+			mustElect(t, other, uuid.New())
+			g := runGroup(t, db, uuid.New(), election.GroupConfig{Namespaces: nss, Interval: 200 * time.Millisecond})
+			waitUntil(t, 30*time.Second, "the Group leads every namespace", func() bool { return len(g.g.Leading()) == len(nss) })
+			mu.Lock()
+			capture = false
+			sent := writes
+			mu.Unlock()
+			if len(sent) == 0 {
+				t.Fatal("the Group's rounds sent no heartbeat")
+			}
+			for _, q := range sent {
+				if single[q] {
+					t.Fatalf("a Group attempt wrote its candidate row with Elect's upsert: %.120s", q)
+				}
+			}
 		})
 	}
 }

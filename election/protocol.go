@@ -268,10 +268,14 @@ func (e *Election) elect(ctx context.Context, conn gorm.ConnPool, id uuid.UUID) 
 }
 
 // refreshAt creates or refreshes id's candidate row as of now, a reading of
-// the database clock: last heartbeat now, expiry one window later. Both
+// the database clock: last heartbeat now, expiry one window later (nothing
+// on a Group's Election whose rounds keep the row: rowsKept). Both
 // times are bound as computed here, to the microsecond the columns keep, so
 // a Lease reports exactly what was stored.
 func (e *Election) refreshAt(ctx context.Context, conn gorm.ConnPool, id uuid.UUID, now time.Time) error {
+	if e.rowsKept.Load() {
+		return nil // a Group's rounds keep the row (Election.rowsKept)
+	}
 	now = now.Truncate(time.Microsecond)
 	at, exp := e.d.TimeArg(now), e.d.TimeArg(now.Add(e.expire).Truncate(time.Microsecond))
 	_, err := conn.ExecContext(ctx, e.q.UpsertAt, e.namespace, id, at, at, exp, e.identity.Hostname, e.identity.PID, e.identity.Label)
