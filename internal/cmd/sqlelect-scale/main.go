@@ -17,16 +17,20 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,6 +67,8 @@ type event struct {
 	Lease election.Lease `json:"l"`             // led, stopped
 	RT    int64          `json:"rt,omitempty"`  // stats: round trips so far
 	CPU   float64        `json:"cpu,omitempty"` // stats: CPU seconds so far
+	// Q counts the statements so far by kind and text (stats, with -trace).
+	Q map[string]int64 `json:"q,omitempty"`
 }
 
 func child(args []string) error {
@@ -73,19 +79,45 @@ func child(args []string) error {
 	expire := fs.Duration("expire", 2*time.Second, "")
 	balance := fs.Bool("balance", false, "")
 	out := fs.String("history", "", "")
+	trace := fs.Bool("trace", false, "")
+	conns := fs.Int("conns", 2, "")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	c := &rtcount.Counter{}
+	var qmu sync.Mutex
+	byText := map[string]int64{}
+	count := func(key string) {
+		if *trace {
+			qmu.Lock()
+			byText[key]++
+			qmu.Unlock()
+		}
+	}
+	if *trace {
+		c.Observe = func(k rtcount.Kind, query string) {
+			key := k.String()
+			if query != "" {
+				key += " " + strings.Join(strings.Fields(query), " ")
+				if len(key) > 90 {
+					key = key[:90]
+				}
+			}
+			qmu.Lock()
+			byText[key]++
+			qmu.Unlock()
+		}
+	}
 	db, err := session.OpenWrapped(*dsn, c.Wrap)
 	if err != nil {
 		return err
 	}
 	if sqlDB, err := db.DB(); err == nil {
-		// Room for the LISTEN connection beside the rounds; one idle
-		// connection kept, so a process holds two in the steady state.
-		sqlDB.SetMaxOpenConns(3)
-		sqlDB.SetMaxIdleConns(1)
+		// Two connections: the LISTEN connection and one for the rounds
+		// and attempts, kept open (closing it after each use would make
+		// every attempt beside a round dial a new one).
+		sqlDB.SetMaxOpenConns(*conns)
+		sqlDB.SetMaxIdleConns(*conns)
 	}
 	var mu sync.Mutex
 	enc := json.NewEncoder(os.Stdout)
@@ -109,7 +141,7 @@ func child(args []string) error {
 			rec.Released(l)
 			emit(event{Kind: "stopped", Lease: l})
 		},
-	}, election.WithExpire(*expire), election.WithObserver(renewals{name: name, rec: rec}),
+	}, election.WithExpire(*expire), election.WithObserver(renewals{name: name, rec: rec, count: count}),
 		election.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	if err != nil {
 		return err
@@ -122,7 +154,13 @@ func child(args []string) error {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				emit(event{Kind: "stats", RT: c.Total(), CPU: cpuSeconds()})
+				ev := event{Kind: "stats", RT: c.Total(), CPU: cpuSeconds()}
+				if *trace {
+					qmu.Lock()
+					ev.Q = maps.Clone(byText)
+					qmu.Unlock()
+				}
+				emit(ev)
 			}
 		}
 	}()
@@ -138,16 +176,35 @@ func child(args []string) error {
 }
 
 // renewals records every renewed lease for the checker.
+// With -trace it also counts the outcomes, slow renewals and stops.
 type renewals struct {
 	election.NopObserver
-	name string
-	rec  *electiontest.Recorder
+	name  string
+	rec   *electiontest.Recorder
+	count func(key string)
 }
 
 func (r renewals) Attempt(a election.Attempt) {
 	if a.Outcome == election.OutcomeRenewed || a.Outcome == election.OutcomeLed {
 		r.rec.Observe(r.name, a.Lease)
 	}
+	r.count("outcome " + string(a.Outcome))
+	if a.Outcome == election.OutcomeRenewed {
+		for _, d := range []time.Duration{time.Second, 100 * time.Millisecond, 10 * time.Millisecond} {
+			if a.Duration >= d {
+				r.count("outcome renewed in >= " + d.String())
+				break
+			}
+		}
+	}
+}
+
+func (r renewals) LeadershipStopped(l election.Leadership) {
+	r.count("stopped " + string(l.Reason))
+}
+
+func (r renewals) HandoffWake(w election.Wake) {
+	r.count("wake " + w.Source)
 }
 
 func cpuSeconds() float64 {
@@ -175,6 +232,7 @@ type proc struct {
 	starts  int
 	rt      int64
 	cpu     float64
+	q       map[string]int64
 }
 
 func parent() error {
@@ -184,6 +242,9 @@ func parent() error {
 	expire := flag.Duration("expire", 2*time.Second, "the expiry window (TTL)")
 	steady := flag.Duration("steady", 20*time.Second, "the steady window in which flaps, statements and CPU are measured")
 	balance := flag.String("balance", "both", "off, on or both")
+	plotFile := flag.String("plot", "", "write an SVG plot of the statements per process per interval against the namespaces to this file")
+	conns := flag.Int("conns", 2, "the pool size of a candidate process (SetMaxOpenConns and SetMaxIdleConns)")
+	flag.BoolVar(&traceStatements, "trace", false, "after each size, list the statements of the steady window by kind and text")
 	flag.Parse()
 	dsn, err := dsnFor(*db)
 	if err != nil {
@@ -208,14 +269,17 @@ func parent() error {
 			fmt.Printf("autovacuum is %s on this server: the election tables are vacuumed before each size, as autovacuum would keep them\n", av)
 		}
 	}
+	var points []point
 	fmt.Println("| M | P | balance | cold start to all led | flaps | statements/s | per process per interval | connections | CPU per process | max led (share) | failover of a killed process | overlaps |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, m := range ints(*nsList) {
 		for _, p := range ints(*procList) {
 			for _, bal := range modes {
 				tidy(ctx, gdb, *db)
-				row, err := measure(ctx, gdb, *db, dsn, m, p, bal, *expire, *steady)
-				if err != nil {
+				row, pt, err := measure(ctx, gdb, *db, dsn, m, p, bal, *expire, *steady, *conns)
+				if err == nil {
+					points = append(points, pt)
+				} else {
 					// A size that fails is reported in its row; the
 					// others still run.
 					row = fmt.Sprintf("| %d | %d | %s | **failed**: %v | | | | | | | | |", m, p, onOff(bal), err)
@@ -223,6 +287,13 @@ func parent() error {
 				fmt.Println(row)
 			}
 		}
+	}
+	if *plotFile != "" {
+		title := fmt.Sprintf("%s, TTL %v: statements per candidate process per interval", *db, *expire)
+		if err := os.WriteFile(*plotFile, plotSVG(title, points), 0o644); err != nil {
+			return err
+		}
+		fmt.Printf("plot written to %s\n", *plotFile)
 	}
 	return nil
 }
@@ -280,30 +351,38 @@ func ints(s string) []int {
 	return out
 }
 
-func measure(ctx context.Context, gdb *gorm.DB, dbName, dsn string, m, p int, balance bool, expire, steady time.Duration) (string, error) {
+// point is one measured size, for the plot.
+type point struct {
+	m, p            int
+	balance         bool
+	perProcInterval float64
+}
+
+func measure(ctx context.Context, gdb *gorm.DB, dbName, dsn string, m, p int, balance bool, expire, steady time.Duration, conns int) (string, point, error) {
 	prefix := "scale-" + uuid.NewString()[:8]
 	dir, err := os.MkdirTemp("", "sqlelect-scale-run")
 	if err != nil {
-		return "", err
+		return "", point{}, err
 	}
 	defer os.RemoveAll(dir)
 	self, err := os.Executable()
 	if err != nil {
-		return "", err
+		return "", point{}, err
 	}
 	procs := make([]*proc, p)
 	start := time.Now()
 	for i := range procs {
 		pr := &proc{history: filepath.Join(dir, fmt.Sprintf("h%d.json", i)), leading: map[string]int64{}}
 		pr.cmd = exec.Command(self, "-child", "-dsn", dsn, "-prefix", prefix, "-namespaces", strconv.Itoa(m),
-			"-expire", expire.String(), "-balance="+strconv.FormatBool(balance), "-history", pr.history)
+			"-expire", expire.String(), "-balance="+strconv.FormatBool(balance), "-history", pr.history,
+			"-trace="+strconv.FormatBool(traceStatements), "-conns", strconv.Itoa(conns))
 		pr.cmd.Stderr = os.Stderr
 		out, err := pr.cmd.StdoutPipe()
 		if err != nil {
-			return "", err
+			return "", point{}, err
 		}
 		if err := pr.cmd.Start(); err != nil {
-			return "", err
+			return "", point{}, err
 		}
 		go pr.read(out)
 		procs[i] = pr
@@ -344,7 +423,7 @@ func measure(ctx context.Context, gdb *gorm.DB, dbName, dsn string, m, p int, ba
 	coldDeadline := time.Now().Add(10*expire + 30*time.Second)
 	for led() < m {
 		if time.Now().After(coldDeadline) {
-			return "", fmt.Errorf("only %d of %d namespaces led after %v", led(), m, time.Since(start))
+			return "", point{}, fmt.Errorf("only %d of %d namespaces led after %v", led(), m, time.Since(start))
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -368,18 +447,22 @@ func measure(ctx context.Context, gdb *gorm.DB, dbName, dsn string, m, p int, ba
 	// reports catch up with the cold start before the window opens.
 	time.Sleep(1500 * time.Millisecond)
 	s0, rt0, cpu0 := sum()
+	q0 := sumQ(procs)
 	t0 := time.Now()
-	conns := 0
+	seen := 0
 	mostLed := 0
 	for time.Since(t0) < steady {
 		time.Sleep(500 * time.Millisecond)
 		if c, err := connections(gdb, dbName); err == nil {
-			conns = max(conns, c)
+			seen = max(seen, c)
 		}
 		mostLed = max(mostLed, maxLed())
 	}
 	s1, rt1, cpu1 := sum()
 	window := time.Since(t0).Seconds()
+	if traceStatements {
+		printTrace(os.Stderr, q0, sumQ(procs), window, p)
+	}
 	interval := (expire / 3).Seconds()
 	stmts := float64(rt1-rt0) / window
 	perProcInterval := stmts / float64(p) * interval
@@ -440,15 +523,15 @@ func measure(ctx context.Context, gdb *gorm.DB, dbName, dsn string, m, p int, ba
 			continue
 		}
 		if err := pr.cmd.Wait(); err != nil {
-			return "", fmt.Errorf("a candidate process: %w", err)
+			return "", point{}, fmt.Errorf("a candidate process: %w", err)
 		}
 		b, err := os.ReadFile(pr.history)
 		if err != nil {
-			return "", err
+			return "", point{}, err
 		}
 		var h electiontest.History
 		if err := json.Unmarshal(b, &h); err != nil {
-			return "", err
+			return "", point{}, err
 		}
 		rec.Add(h)
 	}
@@ -457,13 +540,14 @@ func measure(ctx context.Context, gdb *gorm.DB, dbName, dsn string, m, p int, ba
 	if balance {
 		onOff = "on"
 	}
-	connText := strconv.Itoa(conns)
+	connText := strconv.Itoa(seen)
 	if dbName == "sqlite" {
 		connText = "n/a"
 	}
+	pt := point{m: m, p: p, balance: balance, perProcInterval: perProcInterval}
 	return fmt.Sprintf("| %d | %d | %s | %v | %d | %.0f | %.2f | %s | %.1f %% | %d (%d) | %s | %d |",
 		m, p, onOff, cold.Round(time.Millisecond), s1-s0, stmts, perProcInterval, connText,
-		100*(cpu1-cpu0)/window/float64(p), mostLed, share, failover, res.Total()), nil
+		100*(cpu1-cpu0)/window/float64(p), mostLed, share, failover, res.Total()), pt, nil
 }
 
 func ledByOther(procs []*proc, victim *proc, ns string) bool {
@@ -516,7 +600,46 @@ func (pr *proc) read(r interface{ Read([]byte) (int, error) }) {
 			}
 		case "stats":
 			pr.rt, pr.cpu = ev.RT, ev.CPU
+			if ev.Q != nil {
+				pr.q = ev.Q
+			}
 		}
 		pr.mu.Unlock()
+	}
+}
+
+// traceStatements is -trace: after each size, the statements of the steady
+// window by kind and text.
+var traceStatements bool
+
+// sumQ adds up the processes' statement counts by kind and text.
+func sumQ(procs []*proc) map[string]int64 {
+	out := map[string]int64{}
+	for _, pr := range procs {
+		pr.mu.Lock()
+		for k, n := range pr.q {
+			out[k] += n
+		}
+		pr.mu.Unlock()
+	}
+	return out
+}
+
+// printTrace writes the statements counted between q0 and q1, most frequent
+// first, per second and per process.
+func printTrace(w io.Writer, q0, q1 map[string]int64, window float64, p int) {
+	type line struct {
+		key string
+		n   int64
+	}
+	var lines []line
+	for k, n := range q1 {
+		if d := n - q0[k]; d > 0 {
+			lines = append(lines, line{k, d})
+		}
+	}
+	slices.SortFunc(lines, func(a, b line) int { return cmp.Compare(b.n, a.n) })
+	for _, l := range lines {
+		fmt.Fprintf(w, "  %8.2f/s per process  %s\n", float64(l.n)/window/float64(p), l.key)
 	}
 }
