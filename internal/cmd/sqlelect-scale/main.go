@@ -80,7 +80,7 @@ func child(args []string) error {
 	balance := fs.Bool("balance", false, "")
 	out := fs.String("history", "", "")
 	trace := fs.Bool("trace", false, "")
-	conns := fs.Int("conns", 2, "")
+	conns := fs.Int("conns", 3, "")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -113,11 +113,17 @@ func child(args []string) error {
 		return err
 	}
 	if sqlDB, err := db.DB(); err == nil {
-		// Two connections: the LISTEN connection and one for the rounds
-		// and attempts, kept open (closing it after each use would make
-		// every attempt beside a round dial a new one).
+		// The listening connection (a pool of fewer than three has none:
+		// handoffs then wait for the ticks), one for the rounds and one
+		// for the attempts beside them. Idle connections are kept for an
+		// expiry window: closed after each use, every attempt beside a
+		// round dials a new one; kept for good, the attempts' connection
+		// stays open once the seats are taken. database/sql hands out the
+		// connection used last, so the rounds keep theirs and a process
+		// holds two in the steady state.
 		sqlDB.SetMaxOpenConns(*conns)
-		sqlDB.SetMaxIdleConns(*conns)
+		sqlDB.SetMaxIdleConns(max(*conns-1, 1))
+		sqlDB.SetConnMaxIdleTime(*expire)
 	}
 	var mu sync.Mutex
 	enc := json.NewEncoder(os.Stdout)
@@ -243,7 +249,7 @@ func parent() error {
 	steady := flag.Duration("steady", 20*time.Second, "the steady window in which flaps, statements and CPU are measured")
 	balance := flag.String("balance", "both", "off, on or both")
 	plotFile := flag.String("plot", "", "write an SVG plot of the statements per process per interval against the namespaces to this file")
-	conns := flag.Int("conns", 2, "the pool size of a candidate process (SetMaxOpenConns and SetMaxIdleConns)")
+	conns := flag.Int("conns", 3, "the most connections a candidate process opens (SetMaxOpenConns; one fewer are kept idle, for an expiry window)")
 	flag.BoolVar(&traceStatements, "trace", false, "after each size, list the statements of the steady window by kind and text")
 	flag.Parse()
 	dsn, err := dsnFor(*db)
