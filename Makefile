@@ -50,12 +50,13 @@ bench-tidb:
 	  rc=$$?; internal/ci/tidb.sh stop; exit $$rc
 
 # Groups at scale: 1 to 1,000 namespaces, 2 to 32 candidate processes, with
-# and without balancing (docs/performance.md). Needs SQLELECT_POSTGRES_DSN
+# and without balancing (docs/performance.md), and the plots of the
+# statements per process per interval in docs/. Needs SQLELECT_POSTGRES_DSN
 # and SQLELECT_MYSQL_DSN; about 10 minutes per database.
 bench-scale:
-	go run ./internal/cmd/sqlelect-scale -db postgres -namespaces 1,16,128,1000 -procs 2,8,32 -steady 10s
-	go run ./internal/cmd/sqlelect-scale -db mysql -namespaces 1,16,128,1000 -procs 2,8,32 -steady 10s
-	go run ./internal/cmd/sqlelect-scale -db sqlite -namespaces 1,16,128 -procs 2,8 -steady 10s
+	go run ./internal/cmd/sqlelect-scale -db postgres -namespaces 1,16,128,1000 -procs 2,8,32 -steady 10s -plot docs/scale-postgres.svg
+	go run ./internal/cmd/sqlelect-scale -db mysql -namespaces 1,16,128,1000 -procs 2,8,32 -steady 10s -plot docs/scale-mysql.svg
+	go run ./internal/cmd/sqlelect-scale -db sqlite -namespaces 1,16,128 -procs 2,8 -steady 10s -plot docs/scale-sqlite.svg
 
 fuzz:
 	go test -run '^$$' -fuzz FuzzOpen -fuzztime 60s ./session/
