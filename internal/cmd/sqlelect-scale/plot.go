@@ -11,8 +11,9 @@ import (
 
 // plotSVG draws the statements each process sent per interval against the
 // number of namespaces (log scale), one line per process count and
-// balancing mode, as a standalone SVG.
-func plotSVG(title string, points []point) []byte {
+// balancing mode, as a standalone SVG, with a dotted line at target when it
+// is not zero.
+func plotSVG(title string, points []point, target float64) []byte {
 	const (
 		w, h                   = 720, 420
 		left, right, top, bott = 70, 200, 40, 60
@@ -56,9 +57,10 @@ func plotSVG(title string, points []point) []byte {
 		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/><text x="%d" y="%.1f" text-anchor="end">%g</text>`+"\n",
 			left, y(v), w-right, y(v), left-6, y(v)+4, v)
 	}
-	// The target: two statements per process per interval.
-	fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#c00" stroke-dasharray="2,3"/><text x="%d" y="%.1f" fill="#c00">target 2</text>`+"\n",
-		left, y(2), w-right, y(2), w-right+6, y(2)+4)
+	if target > 0 {
+		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#c00" stroke-dasharray="2,3"/><text x="%d" y="%.1f" fill="#c00">target %g</text>`+"\n",
+			left, y(target), w-right, y(target), w-right+6, y(target)+4, target)
+	}
 	fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">namespaces (M, log scale)</text>`+"\n", left+(w-left-right)/2, h-18)
 	fmt.Fprintf(&b, `<text transform="translate(18,%d) rotate(-90)" text-anchor="middle">statements per process per interval</text>`+"\n", top+(h-top-bott)/2)
 	keys := make([]key, 0, len(lines))

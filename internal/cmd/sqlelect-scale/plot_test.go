@@ -17,7 +17,7 @@ func TestPlotSVG(t *testing.T) {
 		{m: 1, p: 2, balance: true, perProcInterval: 1.3}, {m: 1000, p: 2, balance: true, perProcInterval: 1.6},
 		{m: 128, p: 8, perProcInterval: 7.5},
 	}
-	svg := string(plotSVG("postgres <TTL 2s>", pts))
+	svg := string(plotSVG("postgres <TTL 2s>", pts, 2))
 	dec := xml.NewDecoder(strings.NewReader(svg))
 	for {
 		if _, err := dec.Token(); err != nil {
@@ -38,5 +38,11 @@ func TestPlotSVG(t *testing.T) {
 	}
 	if !strings.Contains(svg, "M=128 P=8: 7.50") {
 		t.Error("the P=8 point is missing")
+	}
+	if !strings.Contains(svg, "target 2") {
+		t.Error("the target line is missing")
+	}
+	if strings.Contains(string(plotSVG("sqlite", pts, 0)), "target") {
+		t.Error("a target line drawn without a target")
 	}
 }
