@@ -373,8 +373,9 @@ func (el *Elector) Run(ctx context.Context) error {
 // then vacates the seat if it holds it (only the term it leads in, when it
 // leads), which wakes the other candidates, and stays a candidate. Until
 // the seat is vacated, and for its next tick after that, the Elector does
-// not try to win (it only heartbeats and looks at the seat), unless
-// another candidate vacates the seat after the tick was skipped.
+// not try to win (it only heartbeats and looks at the seat), unless a
+// handoff wakes it after another candidate has held the seat (a wake-up
+// that finds the seat as Resign left it changes nothing).
 // Resigning while not leading waits for any leader work still running,
 // vacates whatever lease the candidate holds, and makes the Elector skip
 // its next tick.
@@ -459,8 +460,9 @@ func (el *Elector) loop(ctx context.Context) error {
 		cause     = causeStart
 		failures  int
 		succeeded bool
-		skip      bool // Resign, or a term vacated by someone else: the next tick only observes
-		sitOut    bool // the skip is for a vacated term: handoff wakes do not end it
+		skip      bool             // Resign, or a term vacated by someone else: the next tick only observes
+		sitOut    bool             // the skip is for a vacated term: handoff wakes do not end it
+		resigned  = int64(anyTerm) // the term the last Resign vacated (anyTerm: none known)
 		timer     *time.Timer
 	)
 	for {
@@ -524,8 +526,12 @@ func (el *Elector) loop(ctx context.Context) error {
 				}
 			case src := <-el.wake:
 				// Another candidate vacated the seat (never this one: it
-				// is not woken by its own handoff). That ends a skip too.
-				if el.IsLeader() || sitOut {
+				// is not woken by its own handoff). That ends a skip too,
+				// unless the seat is still as this Elector's Resign left
+				// it: the wake is then an echo of an earlier handoff or a
+				// spurious one (a MySQL listener interrupted by another
+				// process wakes every namespace of its pool).
+				if el.IsLeader() || sitOut || skip && el.wokenInVain(ctx, resigned) {
 					continue
 				}
 				// The seat is changing hands: take the locked path, which
@@ -549,7 +555,8 @@ func (el *Elector) loop(ctx context.Context) error {
 				timer.Stop()
 				cause = causeOusted
 			case req := <-el.resign:
-				req.reply <- el.doResign()
+				resigned = el.doResign()
+				req.reply <- resigned
 				skip = true
 				timer.Reset(el.jitter(el.cfg.Interval))
 			}
@@ -698,6 +705,22 @@ func (el *Elector) takeYielded() bool {
 	y := el.yielded
 	el.yielded = false
 	return y
+}
+
+// wokenInVain reports whether the seat is still as the Resign that vacated
+// term left it, vacant (or expired) in that term, so that a wake-up during
+// the tick Resign skips announces nothing new: no other candidate has held
+// the seat since. It reads the seat unlocked; false when the term is not
+// known or the reading fails (the wake-up then ends the skip, as any
+// other).
+func (el *Elector) wokenInVain(ctx context.Context, term int64) bool {
+	if term == anyTerm {
+		return false
+	}
+	rctx, cancel := el.attemptCtx(ctx, el.now())
+	defer cancel()
+	s, err := el.e.peekSeat(rctx)
+	return err == nil && !s.live() && s.term == term
 }
 
 // observeRound is the tick after Resign: keep the candidate row alive and

@@ -726,3 +726,54 @@ func TestElectorStepsDownWhenCallsHang(t *testing.T) {
 		})
 	}
 }
+
+// TestResignIgnoresWakeInVain: a wake-up during the tick a Resign skips
+// ends the skip only when another candidate has held the seat since. One
+// that finds the seat as the Resign left it (an echo of an earlier
+// handoff, or a MySQL listener interrupted by another process, which
+// wakes every namespace of its pool) leaves the next round an
+// observation; one after another candidate's term makes the Elector take
+// the seat at once.
+func TestResignIgnoresWakeInVain(t *testing.T) {
+	for _, tg := range testdb.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			db := testdb.Open(t, tg)
+			ns := testdb.Namespace(t)
+			a := newRecordedElector(t, newTestElection(t, db, ns, 10*time.Second), &seq{}, ElectorConfig{Interval: 3 * time.Second})
+			startRun(t, a.el)
+			st, _ := a.waitLeading(0)
+			if err := a.el.Resign(electorCtx(t)); err != nil {
+				t.Fatalf("Resign: %v", err)
+			}
+			from := a.rounds.len()
+			a.el.wake <- wakeNotify
+			next, _ := a.waitRound("the round after the wake-up", from, func(roundReport) bool { return true })
+			if next.cause != causeAfterResign || next.lease.HeldBy(a.el.ID()) {
+				t.Fatalf("after a wake-up in vain: a %s round, lease %+v; want the skipped tick's observation", next.cause, next.lease)
+			}
+
+			// Another candidate leads and gives the seat up while A skips
+			// a tick again: that wake-up ends the skip.
+			won, _ := a.waitRound("A's next term", from, func(rr roundReport) bool { return rr.lease.HeldBy(a.el.ID()) })
+			if won.lease.Term != st.lease.Term+1 {
+				t.Fatalf("A's next term %d, want %d", won.lease.Term, st.lease.Term+1)
+			}
+			if err := a.el.Resign(electorCtx(t)); err != nil {
+				t.Fatalf("second Resign: %v", err)
+			}
+			other := newTestElection(t, db, ns, 10*time.Second)
+			b := uuid.New()
+			if l, err := other.Elect(electorCtx(t), b); err != nil || !l.HeldBy(b) {
+				t.Fatalf("B's Elect: %+v, %v", l, err)
+			}
+			from = a.rounds.len()
+			if err := other.Resign(electorCtx(t), b); err != nil {
+				t.Fatalf("B's Resign: %v", err)
+			}
+			taken, _ := a.waitRound("A's round after B's Resign", from, func(rr roundReport) bool { return rr.lease.HeldBy(a.el.ID()) })
+			if taken.cause != causeWakeLocal && taken.cause != causeWakeNotify {
+				t.Errorf("A took the seat in a %s round, want a wake-up's", taken.cause)
+			}
+		})
+	}
+}
