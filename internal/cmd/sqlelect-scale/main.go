@@ -296,7 +296,7 @@ func parent() error {
 	}
 	if *plotFile != "" {
 		title := fmt.Sprintf("%s, TTL %v: statements per candidate process per interval", *db, *expire)
-		// The target, for PostgreSQL, whose round is one
+		// The target of docs/performance.md, for PostgreSQL, whose round is one
 		// statement (elsewhere three).
 		target := 0.0
 		if *db == "postgres" {
