@@ -67,7 +67,7 @@ func childGroups(ctx context.Context, stopAll context.CancelFunc, db *gorm.DB, c
 			},
 			OnStoppedLeading: func(l election.Lease) {
 				if shutting.Load() {
-					out.emit(event{Kind: "rel", Lease: &l}, true)
+					giveUp(out, base+"/"+l.Namespace+"/stop", l, true)
 				}
 			},
 		}
@@ -110,7 +110,7 @@ func childGroups(ctx context.Context, stopAll context.CancelFunc, db *gorm.DB, c
 			for _, g := range groups {
 				for _, ns := range g.Leading() {
 					if l, ok := g.Lease(ns); ok {
-						out.emit(event{Kind: "rel", Lease: &l}, false)
+						giveUp(out, fmt.Sprintf("%s/group/%s/%s/stop", c.name, g.ID().String()[:8], ns), l, false)
 					}
 				}
 				for _, ns := range c.namespaces {
@@ -142,7 +142,7 @@ func handOverOne(ctx context.Context, groups []*election.Group, dbNow func() tim
 			return
 		}
 		if l, ok := g.Lease(ns); ok {
-			out.emit(event{Kind: "rel", Lease: &l}, false)
+			giveUp(out, g.ID().String()[:8]+"/"+ns+"/leave", l, false)
 		}
 		key := g.ID().String() + "@" + ns + "@" + from.Format(time.RFC3339Nano)
 		win := electiontest.Release{Namespace: ns, Candidate: g.ID(), From: from, To: from.Add(5 * time.Second)}
@@ -164,4 +164,12 @@ func handOverOne(ctx context.Context, groups []*election.Group, dbNow func() tim
 		}
 		return
 	}
+}
+
+// giveUp records l, a lease a Group leads, as seen held (a Group leads a
+// term before the OnStartedLeading that reports it runs, and it never
+// runs when the leadership ends first) and then as given up.
+func giveUp(out *emitter, observer string, l election.Lease, flush bool) {
+	out.emit(event{Kind: "obs", Observer: observer, Lease: &l}, false)
+	out.emit(event{Kind: "rel", Lease: &l}, flush)
 }
