@@ -18,7 +18,7 @@ func SetMySQLSlots(n int) (restore func()) {
 // channel in db's current database (the probe's wait is not one of them).
 func MySQLWaiting(ctx context.Context, db *sql.DB, channel string) ([]int64, error) {
 	rows, err := db.QueryContext(ctx, "SELECT pl.ID FROM "+myPrefix+
-		" JOIN information_schema.PROCESSLIST pl ON pl.INFO LIKE CONCAT('SELECT SLEEP(%), ''', x.p, '''')", myName(channel))
+		" JOIN information_schema.PROCESSLIST pl ON pl.INFO LIKE CONCAT('SELECT %, ''', x.p, '''%')", myName(channel))
 	if err != nil {
 		return nil, err
 	}

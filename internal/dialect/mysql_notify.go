@@ -5,8 +5,11 @@ package dialect
 // What the servers offer for one session to interrupt another is KILL QUERY
 // <connection id>: it ends the statement the session is running, and a user
 // may kill the statements of its own sessions without any privilege. So a
-// listener is one connection of the pool that waits in SELECT SLEEP(n) (n =
-// myWaitSeconds, then again), and Notify, inside the vacating transaction,
+// listener is one connection of the pool that waits, for myWaitSeconds at a
+// time (then again), in a statement KILL QUERY ends: on MySQL and MariaDB
+// GET_LOCK on the slot (below) of the nearest listener below its own, or
+// SLEEP for the lowest (see myChainWaitSQL for why not SLEEP for all); on
+// TiDB SLEEP. Notify, inside the vacating transaction,
 // finds the connection ids of the listeners of its channel in one statement
 // and interrupts their waits. A woken listener calls fn("") ("any
 // namespace": the interruption carries no payload, so every candidate of
@@ -105,6 +108,11 @@ var (
 	// myStopTimeout bounds the KILL that ends a listener's session when it
 	// stops, and each KILL Notify sends.
 	myStopTimeout = 2 * time.Second
+	// myKillTimeout bounds the KILLs of one Notify, sent from other
+	// goroutines: their check that the listeners are still there, the
+	// wait for a connection, and the KILLs themselves. A KILL that MariaDB
+	// holds up longer wakes its listener no sooner than the next round.
+	myKillTimeout = 250 * time.Millisecond
 	// myKillWait bounds Notify's wait for its KILLs to be sent.
 	myKillWait = 20 * time.Millisecond
 	// myKillGrace is how long Notify gives its KILLs, once sent, to
@@ -153,11 +161,38 @@ type myServer struct {
 
 func (s *myServer) dest() []any { return []any{&s.prefix, &s.host, &s.port, &s.serverID} }
 
-// myWaitSQL is the statement a listener with prefix p waits in. It carries
-// p, so that TiDB's Notify finds it in the process list (and an operator
-// sees what it is).
+// myWaitSQL is the statement a listener with prefix p waits in on TiDB. It
+// carries p, so that TiDB's Notify finds it in the process list (and an
+// operator sees what it is).
 func myWaitSQL(p string) string {
 	return fmt.Sprintf("SELECT SLEEP(%d), '%s'", myWaitSeconds, p)
+}
+
+// myChainWaitSQL is the statement the listener of slot waits in on MySQL
+// and MariaDB: GET_LOCK on the slot of the nearest listener below it, held
+// by that listener, or SLEEP when there is none. It returns what the wait
+// returned, the name of the lock it waited for (NULL for SLEEP) and p.
+//
+// On MariaDB a KILL QUERY that reaches a SLEEP as the server's one mutex of
+// every SLEEP is busy (another SLEEP starting or ending) holds up the
+// KILL, that mutex and so every SLEEP and every such KILL on the server,
+// for the two seconds the server gives a KILL to deliver itself; two KILLs
+// at once, or one sent just after another, are enough (measured on
+// MariaDB 10.11: p99 2 s with two killers, 0.3 ms against GET_LOCK waits
+// with 32). A GET_LOCK wait has a mutex of its own. Waiting on a lower
+// slot only keeps the waits free of cycles, which the server would break
+// with a deadlock error; only the lowest listener sleeps.
+func myChainWaitSQL(p string, slot int) string {
+	if slot <= 0 {
+		return fmt.Sprintf("SELECT SLEEP(%d), NULL, '%s'", myWaitSeconds, p)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "SELECT IF(w.n IS NULL, SLEEP(%d), GET_LOCK(w.n, %d)), w.n, '%s' FROM (SELECT CASE", myWaitSeconds, myWaitSeconds, p)
+	for i := slot - 1; i >= 0; i-- {
+		fmt.Fprintf(&b, " WHEN IS_USED_LOCK('%s%d') IS NOT NULL THEN '%s%d'", p, i, p, i)
+	}
+	b.WriteString(" END AS n) w")
+	return b.String()
 }
 
 // myUsedSQL reads the connection id, the prefix and the holder of every
@@ -254,14 +289,14 @@ func (d mysql) listeners(ctx context.Context, conn interface {
 // that has listened on the same server (myKillPools), and Notify waits only
 // until they are sent and have had a moment to complete (killAsync), so
 // that the vacating transaction, which holds the seat's row lock, never
-// waits long for one. On MariaDB a KILL QUERY can take from 50 ms to
-// seconds to return, and to interrupt the wait, when it meets its target
-// at the wrong moment: as a wait ends while another KILL of it is under way
-// (measured: up to 8 s with three processes sending KILLs to one
-// listener), or now and then on the session of a process that died. Sent
-// before Notify returns, they are sent even by a process that exits once
-// it has vacated the seat. Only a process that has not listened on the
-// server sends them inside the transaction.
+// waits long for one. On MariaDB a KILL QUERY of a SLEEP can take two
+// seconds to return, and to interrupt the wait, when it meets the server's
+// SLEEP mutex busy (myChainWaitSQL), and KILLs queue behind it (measured:
+// up to 8 s with three processes sending KILLs to one listener, when every
+// listener slept); now and then one also hangs on the session of a
+// process that died. Sent before Notify returns, they are sent even by a
+// process that exits once it has vacated the seat. Only a process that has
+// not listened on the server sends them inside the transaction.
 func (d mysql) Notify(ctx context.Context, conn gorm.ConnPool, channel, payload string) error {
 	srv, holders, err := d.listeners(ctx, conn, myName(channel))
 	if err != nil {
@@ -294,8 +329,9 @@ func (d mysql) Notify(ctx context.Context, conn gorm.ConnPool, channel, payload 
 var myKillPools = struct {
 	sync.Mutex
 	m        map[myServer]*sql.DB
-	inflight map[myKill]bool // KILLs under way: not sent twice at once
-}{m: map[myServer]*sql.DB{}, inflight: map[myKill]bool{}}
+	inflight map[myKill]bool           // KILLs under way: not sent twice at once
+	budget   map[*sql.DB]chan struct{} // connections lent to KILLs, per pool (myKillBudget)
+}{m: map[myServer]*sql.DB{}, inflight: map[myKill]bool{}, budget: map[*sql.DB]chan struct{}{}}
 
 // myKill is one KILL QUERY: a connection on a server.
 type myKill struct {
@@ -360,20 +396,49 @@ func (d mysql) killAsync(ctx context.Context, pool *sql.DB, name string, srv myS
 // and server id) in the same slot (on TiDB, waiting with the same prefix):
 // so a pool that reaches another server, or a listener gone since, is
 // never sent a KILL meant for another connection. It reports on ready how
-// many KILLs it sends, then sends each on a connection of its own (at most
-// eight at once), reporting on sent as each goes out, so that a KILL
-// MariaDB holds up does not hold up the others; a KILL of a connection
-// that another Notify of this process is sending is not sent again.
+// many KILLs it sends, then sends them on that connection and, when the
+// pool's budget (myKillConns) has room, on more of its own, reporting on
+// sent as each goes out; a KILL of a connection that another Notify of
+// this process is sending is not sent again.
+//
+// All of it ends after myKillTimeout: a KILL that MariaDB holds up longer
+// has its connection closed, and the KILLs not sent by then are dropped.
+// The pool is the application's, and a listener already holds one of its
+// connections: KILLs that wait seconds must not take the others from the
+// rounds that renew the leases.
 func (d mysql) killVerified(pool *sql.DB, name string, srv myServer, hs []myHolder, ready chan<- int, sent chan<- struct{}) {
-	ctx, cancel := context.WithTimeout(context.Background(), myStopTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), myKillTimeout)
 	defer cancel()
-	var found []myHolder
-	conn, err := pool.Conn(ctx)
-	if err == nil {
-		found, err = d.stillListening(ctx, conn, name, srv, hs)
-		conn.Close()
+	budget := myKillBudget(pool)
+	take := func(wait bool) *sql.Conn {
+		if wait {
+			select {
+			case budget <- struct{}{}:
+			case <-ctx.Done():
+				return nil
+			}
+		} else {
+			select {
+			case budget <- struct{}{}:
+			default:
+				return nil
+			}
+		}
+		c, err := pool.Conn(ctx)
+		if err != nil {
+			<-budget
+			return nil
+		}
+		return c
 	}
+	conn := take(true)
+	if conn == nil {
+		return
+	}
+	found, err := d.stillListening(ctx, conn, name, srv, hs)
 	if err != nil {
+		conn.Close()
+		<-budget
 		return
 	}
 	var kills []myKill
@@ -383,25 +448,55 @@ func (d mysql) killVerified(pool *sql.DB, name string, srv myServer, hs []myHold
 		}
 	}
 	ready <- len(kills)
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 8)
+	work := make(chan myKill, len(kills))
 	for _, k := range kills {
+		work <- k
+	}
+	close(work)
+	send := func(c *sql.Conn) {
+		defer func() { <-budget }()
+		defer c.Close()
+		for k := range work {
+			if ctx.Err() == nil {
+				sent <- struct{}{}
+				_, _ = c.ExecContext(ctx, "KILL QUERY "+strconv.FormatInt(k.id, 10))
+			}
+			myKillEnd(k)
+		}
+	}
+	var wg sync.WaitGroup
+	for range len(kills) - 1 {
+		c := take(false)
+		if c == nil {
+			break
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer myKillEnd(k)
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			c, err := pool.Conn(ctx)
-			sent <- struct{}{}
-			if err != nil {
-				return
-			}
-			defer c.Close()
-			_, _ = c.ExecContext(ctx, "KILL QUERY "+strconv.FormatInt(k.id, 10))
+			send(c)
 		}()
 	}
+	send(conn)
 	wg.Wait()
+}
+
+// myKillBudget returns the semaphore that bounds the connections pool lends
+// to KILLs at once: eight, or, when the pool has a limit, two fewer than
+// the limit (one is the listener's, one is left for the rounds), at least
+// one.
+func myKillBudget(pool *sql.DB) chan struct{} {
+	myKillPools.Lock()
+	defer myKillPools.Unlock()
+	if b := myKillPools.budget[pool]; b != nil {
+		return b
+	}
+	n := 8
+	if limit := pool.Stats().MaxOpenConnections; limit > 0 {
+		n = max(1, min(n, limit-2))
+	}
+	b := make(chan struct{}, n)
+	myKillPools.budget[pool] = b
+	return b
 }
 
 // stillListening returns those of hs that conn finds listening as Notify
@@ -519,6 +614,9 @@ type myListener struct {
 type waitResult struct {
 	woken bool
 	err   error
+	// took is the lower slot's lock the wait was granted (its listener
+	// left): the listener releases it before it waits again.
+	took string
 }
 
 // Listen takes one of db's connections, checks that a KILL QUERY
@@ -588,6 +686,9 @@ func (d mysql) openListener(ctx context.Context, db *sql.DB, name string, probe 
 	myLocals.m[l.local] = struct{}{}
 	myLocals.Unlock()
 	myKillPools.Lock()
+	if old := myKillPools.m[l.srv]; old != nil && old != db {
+		delete(myKillPools.budget, old)
+	}
 	myKillPools.m[l.srv] = db
 	myKillPools.Unlock()
 	return l, nil
@@ -626,7 +727,52 @@ func (l *myListener) claimSlot(ctx context.Context) error {
 }
 
 // startWait runs one wait on the listener's connection, in the background.
-func (l *myListener) startWait() { l.startWaitSQL(myWaitSQL(l.srv.prefix)) }
+func (l *myListener) startWait() {
+	if l.d.tidb {
+		l.startWaitSQL(myWaitSQL(l.srv.prefix))
+		return
+	}
+	l.startChainWait()
+}
+
+// startChainWait runs myChainWaitSQL on the listener's connection, in the
+// background.
+func (l *myListener) startChainWait() {
+	qctx, cancel := context.WithTimeout(context.Background(), time.Duration(myWaitSeconds)*time.Second+myStopTimeout)
+	l.cancel = cancel
+	ch := make(chan waitResult, 1)
+	l.wait = ch
+	q := myChainWaitSQL(l.srv.prefix, l.slot)
+	go func() {
+		var (
+			got  sql.NullInt64
+			lock sql.NullString
+			tag  string
+		)
+		err := l.conn.QueryRowContext(qctx, q).Scan(&got, &lock, &tag)
+		var me *drv.MySQLError
+		switch {
+		case errors.As(err, &me) && me.Number == 1317:
+			// Query execution was interrupted (MariaDB).
+			ch <- waitResult{woken: true}
+		case errors.As(err, &me) && (me.Number == 1969 || me.Number == 3024):
+			// max_statement_time or max_execution_time ended the wait.
+			ch <- waitResult{}
+		case err != nil:
+			ch <- waitResult{err: err}
+		case !lock.Valid:
+			// SLEEP returns 1 when it is interrupted (MySQL).
+			ch <- waitResult{woken: got.Int64 == 1}
+		case !got.Valid:
+			// GET_LOCK returns NULL when it is interrupted (MySQL).
+			ch <- waitResult{woken: true}
+		case got.Int64 == 1:
+			ch <- waitResult{took: lock.String}
+		default:
+			ch <- waitResult{} // its time was up
+		}
+	}()
+}
 
 // startWaitSQL runs q, a wait, on the listener's connection in the
 // background.
@@ -787,6 +933,13 @@ func (l *myListener) serve(ctx context.Context, fn func(string), woken bool) (se
 				r = l.ended(r)
 				if r.err != nil {
 					return served, fmt.Errorf("mysql notification: waiting: %w", r.err)
+				}
+				if r.took != "" {
+					// The listener below left: let the next one claim its
+					// slot, and wait on the one below that.
+					if _, err := l.conn.ExecContext(ctx, "DO RELEASE_LOCK(?)", r.took); err != nil {
+						return served, fmt.Errorf("mysql notification: releasing a lower slot: %w", err)
+					}
 				}
 				served = true
 				woken = r.woken

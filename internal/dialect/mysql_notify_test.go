@@ -133,7 +133,7 @@ func waitWaiting(t *testing.T, db *sql.DB, id int64) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var n int
-		err := db.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ? AND COMMAND = 'Query' AND INFO LIKE 'SELECT SLEEP(%'", id).Scan(&n)
+		err := db.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ? AND COMMAND = 'Query' AND (INFO LIKE 'SELECT SLEEP(%' OR INFO LIKE 'SELECT IF(w.n IS NULL, SLEEP(%')", id).Scan(&n)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -476,5 +476,101 @@ func notifyInTx(t *testing.T, db *sql.DB, n dialect.Notifier, channel string) {
 	}
 	if err := tx.Commit(); err != nil {
 		t.Errorf("commit after Notify: %v", err)
+	}
+}
+
+// TestMySQLListenersWaitOnLowerSlots: on MySQL and MariaDB only the lowest
+// listener sleeps; each other one waits for the user lock of the nearest
+// slot below it, so that the server's KILLs meet no SLEEP but one. A
+// notification from another process wakes them all; when the lowest
+// listener leaves, the one above it is granted its slot's lock, gives it
+// back without a wake-up and waits again, now as the lowest, and a new
+// listener can take the freed slot.
+func TestMySQLListenersWaitOnLowerSlots(t *testing.T) {
+	tg := mysqlTarget(t)
+	_, a, d, n := mysqlNotifier(t, tg.DSN)
+	if dialect.TiDB(d) {
+		t.Skip("TiDB listeners sleep and hold no slot")
+	}
+	_, b, _, _ := mysqlNotifier(t, tg.DSN)
+	_, c, _, _ := mysqlNotifier(t, tg.DSN)
+	_, e, _, _ := mysqlNotifier(t, tg.DSN)
+	ctx := context.Background()
+	channel := testChannel()
+
+	la := listen(t, n, a, channel)
+	idA := la.waitReady(t, a, channel)
+	lb := listen(t, n, b, channel)
+	idB := lb.waitReady(t, b, channel, idA)
+	lc := listen(t, n, c, channel)
+	idC := lc.waitReady(t, c, channel, idA, idB)
+
+	// waits returns the state of each connection's running statement
+	// ("User sleep" or "User lock"), once each is one of those.
+	states := func(ids ...int64) []string {
+		t.Helper()
+		out := make([]string, len(ids))
+		deadline := time.Now().Add(10 * time.Second)
+		for i, id := range ids {
+			for {
+				err := e.QueryRowContext(ctx, "SELECT STATE FROM information_schema.PROCESSLIST WHERE ID = ?", id).Scan(&out[i])
+				if err != nil && !errors.Is(err, sql.ErrNoRows) {
+					t.Fatal(err)
+				}
+				if out[i] == "User sleep" || out[i] == "User lock" {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("connection %d: state %q 10 s on, want a wait", id, out[i])
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+		return out
+	}
+	if got, want := states(idA, idB, idC), []string{"User sleep", "User lock", "User lock"}; !slices.Equal(got, want) {
+		t.Errorf("listeners of slots 0, 1 and 2 wait in %q, want %q", got, want)
+	}
+
+	send := notifyFromProcess(t, tg.DSN, channel, false)
+	send()
+	for _, l := range []*listening{la, lb, lc} {
+		if p := l.next(t, "a notification from another process"); p != "" {
+			t.Errorf("payload %q, want \"\"", p)
+		}
+	}
+
+	// The lowest leaves: the next waits again, now asleep, and is not
+	// woken for it.
+	la.end(t)
+	if got, want := states(idB, idC), []string{"User sleep", "User lock"}; !slices.Equal(got, want) {
+		t.Errorf("after the lowest left, listeners of slots 1 and 2 wait in %q, want %q", got, want)
+	}
+	select {
+	case p := <-lb.got:
+		t.Errorf("the listener above the one that left was woken (payload %q)", p)
+	case <-time.After(50 * time.Millisecond):
+	}
+	ld := listen(t, n, e, channel)
+	idD := ld.waitReady(t, e, channel, idB, idC)
+	name, err := dialect.MySQLSlotName(ctx, e, channel, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var holder sql.NullInt64
+	if err := e.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", name).Scan(&holder); err != nil {
+		t.Fatal(err)
+	}
+	if holder.Int64 != idD {
+		t.Errorf("slot 0 is held by %d, want the new listener's connection %d", holder.Int64, idD)
+	}
+
+	waitWaiting(t, b, idB)
+	waitWaiting(t, c, idC)
+	send()
+	for _, l := range []*listening{lb, lc, ld} {
+		if p := l.next(t, "a notification after the lowest listener left"); p != "" {
+			t.Errorf("payload %q, want \"\"", p)
+		}
 	}
 }
