@@ -112,7 +112,8 @@ func child(args []string) error {
 	if err != nil {
 		return err
 	}
-	if sqlDB, err := db.DB(); err == nil {
+	sqlDB, err := db.DB()
+	if err == nil {
 		// The listening connection (a pool of fewer than three has none:
 		// handoffs then wait for the ticks), one for the rounds and one
 		// for the attempts beside them. Idle connections are kept for an
@@ -155,6 +156,8 @@ func child(args []string) error {
 	go func() {
 		t := time.NewTicker(500 * time.Millisecond)
 		defer t.Stop()
+		var waits int64
+		var waited time.Duration
 		for {
 			select {
 			case <-ctx.Done():
@@ -163,6 +166,14 @@ func child(args []string) error {
 				ev := event{Kind: "stats", RT: c.Total(), CPU: cpuSeconds()}
 				if *trace {
 					qmu.Lock()
+					if sqlDB != nil {
+						// Waits for a connection of the pool, in
+						// calls and in milliseconds.
+						st := sqlDB.Stats()
+						byText["pool waits"] += st.WaitCount - waits
+						byText["pool waited ms"] += (st.WaitDuration - waited).Milliseconds()
+						waits, waited = st.WaitCount, st.WaitDuration
+					}
 					ev.Q = maps.Clone(byText)
 					qmu.Unlock()
 				}
@@ -195,6 +206,9 @@ func (r renewals) Attempt(a election.Attempt) {
 		r.rec.Observe(r.name, a.Lease)
 	}
 	r.count("outcome " + string(a.Outcome))
+	if a.Err != nil {
+		r.count("error " + a.ErrorClass + ": " + a.Err.Error())
+	}
 	if a.Outcome == election.OutcomeRenewed {
 		for _, d := range []time.Duration{time.Second, 100 * time.Millisecond, 10 * time.Millisecond} {
 			if a.Duration >= d {
