@@ -378,7 +378,20 @@ const anyTerm = 0
 // can never vacate a newer term of the same candidate. With unregister it
 // also deletes id's candidate row. Vacating wakes the other candidates.
 func (e *Election) vacate(ctx context.Context, op string, id uuid.UUID, term int64, unregister bool, opts []CallOption) error {
-	err := e.transaction(ctx, op, opts, func(conn gorm.ConnPool, _ bool) error {
+	// In a transaction of its own, the wake-ups that are still being sent
+	// as it ends (the MySQL family's) are waited for after the commit, so
+	// the seat's row lock is not held for them; the woken candidates then
+	// find the seat vacant instead of waiting for it.
+	deferred, sent := ctx, func() {}
+	if ctx != nil { // do reports a nil one
+		deferred, sent = dialect.DeferNotifyWaits(ctx)
+	}
+	defer sent()
+	err := e.transaction(ctx, op, opts, func(conn gorm.ConnPool, callerTx bool) error {
+		notifyCtx := deferred
+		if callerTx {
+			notifyCtx = ctx
+		}
 		var (
 			n   int64
 			err error
@@ -404,7 +417,7 @@ func (e *Election) vacate(ctx context.Context, op string, id uuid.UUID, term int
 			if _, err := conn.ExecContext(ctx, e.q.EndHeld, string(reason), e.namespace, id, e.namespace); err != nil {
 				return err
 			}
-			return e.runVacated(ctx, conn, id)
+			return e.runVacated(notifyCtx, conn, id)
 		}
 		return nil
 	})

@@ -287,7 +287,9 @@ func (d mysql) listeners(ctx context.Context, conn interface {
 //
 // The KILLs are sent from other goroutines, through a pool of this process
 // that has listened on the same server (myKillPools), and Notify waits only
-// until they are sent and have had a moment to complete (killAsync), so
+// until they are sent and have had a moment to complete (startKills), or,
+// under a context from DeferNotifyWaits, leaves that wait to the caller
+// for after the transaction, so
 // that the vacating transaction, which holds the seat's row lock, never
 // waits long for one. On MariaDB a KILL QUERY of a SLEEP can take two
 // seconds to return, and to interrupt the wait, when it meets the server's
@@ -313,7 +315,10 @@ func (d mysql) Notify(ctx context.Context, conn gorm.ConnPool, channel, payload 
 		return nil
 	}
 	if pool := myKillPool(srv); pool != nil {
-		d.killAsync(ctx, pool, myName(channel), srv, remote)
+		wait := d.startKills(ctx, pool, myName(channel), srv, remote)
+		if !deferNotifyWait(ctx, wait) {
+			wait()
+		}
 		return nil
 	}
 	for _, h := range remote {
@@ -345,11 +350,12 @@ func myKillPool(srv myServer) *sql.DB {
 	return myKillPools.m[srv]
 }
 
-// killAsync interrupts the waits of hs through pool, from other
-// goroutines, and returns once every KILL has been sent and has had
-// myKillGrace to complete (they take a fraction of a millisecond, unless
-// MariaDB holds one up), and at the latest after myKillWait.
-func (d mysql) killAsync(ctx context.Context, pool *sql.DB, name string, srv myServer, hs []myHolder) {
+// startKills interrupts the waits of hs through pool, from other
+// goroutines, and returns a function that waits until every KILL has been
+// sent and has had myKillGrace to complete (they take a fraction of a
+// millisecond, unless MariaDB holds one up), and at the latest until
+// myKillWait after startKills was called.
+func (d mysql) startKills(ctx context.Context, pool *sql.DB, name string, srv myServer, hs []myHolder) (wait func()) {
 	ready := make(chan int, 1)
 	sent := make(chan struct{}, len(hs))
 	done := make(chan struct{})
@@ -358,20 +364,11 @@ func (d mysql) killAsync(ctx context.Context, pool *sql.DB, name string, srv myS
 		d.killVerified(pool, name, srv, hs, ready, sent)
 	}()
 	deadline := time.NewTimer(myKillWait)
-	defer deadline.Stop()
-	var n int
-	select {
-	case n = <-ready:
-	case <-done:
-		return
-	case <-deadline.C:
-		return
-	case <-ctx.Done():
-		return
-	}
-	for range n {
+	return func() {
+		defer deadline.Stop()
+		var n int
 		select {
-		case <-sent:
+		case n = <-ready:
 		case <-done:
 			return
 		case <-deadline.C:
@@ -379,14 +376,25 @@ func (d mysql) killAsync(ctx context.Context, pool *sql.DB, name string, srv myS
 		case <-ctx.Done():
 			return
 		}
-	}
-	grace := time.NewTimer(myKillGrace)
-	defer grace.Stop()
-	select {
-	case <-done:
-	case <-grace.C:
-	case <-deadline.C:
-	case <-ctx.Done():
+		for range n {
+			select {
+			case <-sent:
+			case <-done:
+				return
+			case <-deadline.C:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+		grace := time.NewTimer(myKillGrace)
+		defer grace.Stop()
+		select {
+		case <-done:
+		case <-grace.C:
+		case <-deadline.C:
+		case <-ctx.Done():
+		}
 	}
 }
 

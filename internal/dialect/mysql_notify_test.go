@@ -29,7 +29,13 @@ import (
 const (
 	notifyHelperEnv = "SQLELECT_MYSQL_NOTIFY_HELPER"
 	notifyListenEnv = "SQLELECT_MYSQL_NOTIFY_LISTEN"
+	notifyDeferEnv  = "SQLELECT_MYSQL_NOTIFY_DEFER"
 )
+
+// helperMode is how TestMySQLNotifyHelper sends: whether it listens first,
+// and whether it leaves the wait for its KILLs until after the commit
+// (DeferNotifyWaits).
+type helperMode struct{ listening, deferred bool }
 
 // mysqlTarget returns the configured MySQL-family target, or skips.
 func mysqlTarget(t *testing.T) testdb.Target {
@@ -179,15 +185,19 @@ func (l *listening) end(t *testing.T) error {
 // notifyFromProcess runs TestMySQLNotifyHelper in a new process of this
 // test binary: it sends a notification on channel in a transaction it
 // commits each time it reads a line from its input, and reports each as
-// sent with a line; with listening, it listens on the channel first (and
-// then sends its KILLs from another goroutine, not in the transaction). It
-// returns a function that lets the next one go and waits for it to be sent.
-func notifyFromProcess(t *testing.T, dsn, channel string, listening bool) func() {
+// sent with a line; when listening, it listens on the channel first (and
+// then sends its KILLs from another goroutine, not in the transaction), and
+// when deferred too it waits for them after the commit. It returns a
+// function that lets the next one go and waits for it to be sent.
+func notifyFromProcess(t *testing.T, dsn, channel string, mode helperMode) func() {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestMySQLNotifyHelper$", "-test.count=1")
 	cmd.Env = append(os.Environ(), notifyHelperEnv+"="+channel, testdb.MySQLEnv+"="+dsn, testdb.OnlyEnv+"=mysql")
-	if listening {
+	if mode.listening {
 		cmd.Env = append(cmd.Env, notifyListenEnv+"=1")
+	}
+	if mode.deferred {
+		cmd.Env = append(cmd.Env, notifyDeferEnv+"=1")
 	}
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -244,12 +254,17 @@ func TestMySQLNotifyHelper(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := n.Notify(ctx, tx, channel, "from another process"); err != nil {
+		nctx, wait := ctx, func() {}
+		if os.Getenv(notifyDeferEnv) != "" {
+			nctx, wait = dialect.DeferNotifyWaits(ctx)
+		}
+		if err := n.Notify(nctx, tx, channel, "from another process"); err != nil {
 			t.Fatal(err)
 		}
 		if err := tx.Commit(); err != nil {
 			t.Fatal(err)
 		}
+		wait()
 		fmt.Println("sent")
 	}
 }
@@ -267,15 +282,15 @@ func TestMySQLNotifyAcrossProcesses(t *testing.T) {
 	l := listen(t, n, db, channel)
 	id := l.waitReady(t, db, channel)
 
-	for _, listening := range []bool{false, true} {
-		send := notifyFromProcess(t, tg.DSN, channel, listening)
+	for _, mode := range []helperMode{{}, {listening: true}, {listening: true, deferred: true}} {
+		send := notifyFromProcess(t, tg.DSN, channel, mode)
 		for i := range 3 {
 			// A KILL that comes before the next wait has started is lost
 			// (a window of a round trip after each wake-up, documented):
 			// send once it runs.
 			waitWaiting(t, db, id)
 			send()
-			what := fmt.Sprintf("notification %d from another process (listening: %v)", i, listening)
+			what := fmt.Sprintf("notification %d from another process (%+v)", i, mode)
 			if p := l.next(t, what); p != "" {
 				t.Errorf("%s: payload %q, want \"\"", what, p)
 			}
@@ -532,7 +547,7 @@ func TestMySQLListenersWaitOnLowerSlots(t *testing.T) {
 		t.Errorf("listeners of slots 0, 1 and 2 wait in %q, want %q", got, want)
 	}
 
-	send := notifyFromProcess(t, tg.DSN, channel, false)
+	send := notifyFromProcess(t, tg.DSN, channel, helperMode{})
 	send()
 	for _, l := range []*listening{la, lb, lc} {
 		if p := l.next(t, "a notification from another process"); p != "" {

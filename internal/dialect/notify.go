@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
 
 	"gorm.io/gorm"
 )
@@ -40,3 +41,45 @@ type Notifier interface {
 // no way to wait for notifications, or notifications do not arrive. It
 // wraps errors.ErrUnsupported.
 var ErrCannotListen = fmt.Errorf("the driver cannot wait for notifications: %w", errors.ErrUnsupported)
+
+// notifyWaits collects what Notify left to wait for under a context from
+// DeferNotifyWaits.
+type notifyWaits struct {
+	mu  sync.Mutex
+	fns []func()
+}
+
+type notifyWaitsKey struct{}
+
+// DeferNotifyWaits returns a context under which Notify may leave part of
+// its work to finish after the transaction (the KILLs of the MySQL family,
+// sent from other goroutines, which Notify otherwise waits to see sent
+// before it returns, holding the transaction's locks), and a function that
+// waits for that work. A caller that begins and ends the transaction itself
+// calls wait once it has ended, before it reports the notification sent;
+// one running in a caller's transaction must not use it.
+func DeferNotifyWaits(ctx context.Context) (_ context.Context, wait func()) {
+	w := &notifyWaits{}
+	return context.WithValue(ctx, notifyWaitsKey{}, w), func() {
+		w.mu.Lock()
+		fns := w.fns
+		w.fns = nil
+		w.mu.Unlock()
+		for _, fn := range fns {
+			fn()
+		}
+	}
+}
+
+// deferNotifyWait hands wait to ctx's DeferNotifyWaits, reporting false
+// when ctx has none (the caller then waits itself).
+func deferNotifyWait(ctx context.Context, wait func()) bool {
+	w, ok := ctx.Value(notifyWaitsKey{}).(*notifyWaits)
+	if !ok {
+		return false
+	}
+	w.mu.Lock()
+	w.fns = append(w.fns, wait)
+	w.mu.Unlock()
+	return true
+}
