@@ -48,6 +48,7 @@ type config struct {
 	expire   time.Duration
 	interval time.Duration
 	verbose  bool
+	trace    bool
 }
 
 func main() {
@@ -67,6 +68,7 @@ func main() {
 	flag.DurationVar(&c.expire, "expire", 2*time.Second, "expiry window")
 	flag.DurationVar(&c.interval, "interval", 200*time.Millisecond, "Elector interval")
 	flag.BoolVar(&c.verbose, "v", false, "print every trial")
+	flag.BoolVar(&c.trace, "trace", false, "print what the processes report from each graceful trial's signal until another leads (wake-ups, rounds and their durations)")
 	flag.BoolVar(&isChild, "child", false, "run as a candidate process (used by the parent)")
 	flag.Parse()
 

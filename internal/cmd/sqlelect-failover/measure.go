@@ -43,6 +43,7 @@ type event struct {
 	kind string
 	term int64
 	at   time.Time
+	line string
 }
 
 // cluster is the set of child processes of one database.
@@ -193,12 +194,23 @@ func (cl *cluster) trial(k kind) (time.Duration, error) {
 	}
 	var took time.Duration
 	var newLeader bool
+	var trace strings.Builder
 	err := cl.untilEvent(5*cl.c.expire, func(ev event) bool {
+		if cl.c.trace && k == graceful && ev.p != nil {
+			who := "follower"
+			if ev.p == victim {
+				who = "leader"
+			}
+			fmt.Fprintf(&trace, "  %8.3f ms  %-8s %d  %s\n", float64(ev.at.Sub(t0).Microseconds())/1000, who, ev.p.n, ev.line)
+		}
 		if ev.kind == evLead && ev.p != victim && ev.term > term {
 			took, newLeader = ev.at.Sub(t0), true
 		}
 		return newLeader
 	})
+	if trace.Len() > 0 {
+		fmt.Printf("graceful trial, from SIGTERM:\n%s", trace.String())
+	}
 	// Whatever happened, replace the victim.
 	if werr := cl.reap(victim); werr != nil {
 		return 0, werr
@@ -240,7 +252,7 @@ func (cl *cluster) spawn() error {
 			if len(f) == 0 {
 				continue
 			}
-			ev := event{p: p, kind: f[0], at: at}
+			ev := event{p: p, kind: f[0], at: at, line: sc.Text()}
 			if len(f) > 1 {
 				ev.term = parseTerm(f[len(f)-1])
 			}
