@@ -356,36 +356,23 @@ func myKillPool(srv myServer) *sql.DB {
 // millisecond, unless MariaDB holds one up), and at the latest until
 // myKillWait after startKills was called.
 func (d mysql) startKills(ctx context.Context, pool *sql.DB, name string, srv myServer, hs []myHolder) (wait func()) {
-	ready := make(chan int, 1)
-	sent := make(chan struct{}, len(hs))
+	sent := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		d.killVerified(pool, name, srv, hs, ready, sent)
+		d.killVerified(pool, name, srv, hs, sync.OnceFunc(func() { close(sent) }))
 	}()
 	deadline := time.NewTimer(myKillWait)
 	return func() {
 		defer deadline.Stop()
-		var n int
 		select {
-		case n = <-ready:
+		case <-sent:
 		case <-done:
 			return
 		case <-deadline.C:
 			return
 		case <-ctx.Done():
 			return
-		}
-		for range n {
-			select {
-			case <-sent:
-			case <-done:
-				return
-			case <-deadline.C:
-				return
-			case <-ctx.Done():
-				return
-			}
 		}
 		grace := time.NewTimer(myKillGrace)
 		defer grace.Stop()
@@ -403,10 +390,10 @@ func (d mysql) startKills(ctx context.Context, pool *sql.DB, name string, srv my
 // connections that they are still there, on the same server (host, port
 // and server id) in the same slot (on TiDB, waiting with the same prefix):
 // so a pool that reaches another server, or a listener gone since, is
-// never sent a KILL meant for another connection. It reports on ready how
-// many KILLs it sends, then sends them on that connection and, when the
-// pool's budget (myKillConns) has room, on more of its own, reporting on
-// sent as each goes out; a KILL of a connection that another Notify of
+// never sent a KILL meant for another connection. It then sends the KILLs
+// on that connection and, when the pool's budget (myKillBudget) has room,
+// on more of its own, and calls allSent once the last has gone out (at
+// once when there are none); a KILL of a connection that another Notify of
 // this process is sending is not sent again.
 //
 // All of it ends after myKillTimeout: a KILL that MariaDB holds up longer
@@ -414,7 +401,7 @@ func (d mysql) startKills(ctx context.Context, pool *sql.DB, name string, srv my
 // The pool is the application's, and a listener already holds one of its
 // connections: KILLs that wait seconds must not take the others from the
 // rounds that renew the leases.
-func (d mysql) killVerified(pool *sql.DB, name string, srv myServer, hs []myHolder, ready chan<- int, sent chan<- struct{}) {
+func (d mysql) killVerified(pool *sql.DB, name string, srv myServer, hs []myHolder, allSent func()) {
 	ctx, cancel := context.WithTimeout(context.Background(), myKillTimeout)
 	defer cancel()
 	budget := myKillBudget(pool)
@@ -455,7 +442,11 @@ func (d mysql) killVerified(pool *sql.DB, name string, srv myServer, hs []myHold
 			kills = append(kills, k)
 		}
 	}
-	ready <- len(kills)
+	var left atomic.Int64
+	left.Store(int64(len(kills)))
+	if len(kills) == 0 {
+		allSent()
+	}
 	work := make(chan myKill, len(kills))
 	for _, k := range kills {
 		work <- k
@@ -466,7 +457,9 @@ func (d mysql) killVerified(pool *sql.DB, name string, srv myServer, hs []myHold
 		defer c.Close()
 		for k := range work {
 			if ctx.Err() == nil {
-				sent <- struct{}{}
+				if left.Add(-1) == 0 {
+					allSent()
+				}
 				_, _ = c.ExecContext(ctx, "KILL QUERY "+strconv.FormatInt(k.id, 10))
 			}
 			myKillEnd(k)
