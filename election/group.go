@@ -92,7 +92,9 @@ type GroupConfig struct {
 // free or when its lease ends (at the lease's edge, by the database clock,
 // as an Elector does), so followers of a live seat never lock it. On
 // PostgreSQL it shares the pool's one LISTEN connection with every Elector
-// and Group on the pool, and a vacated seat wakes it at once.
+// and Group on the pool, and a vacated seat wakes it at once; a wake-up
+// that names no namespace (MySQL's, or a listener's reconnection) runs one
+// round.
 //
 // Rounds never wait for attempts: the attempts on free seats run one at a
 // time beside the rounds, each a short transaction (Elect), in the order of
@@ -762,6 +764,12 @@ func (g *Group) kickRound() {
 func (m *member) poke(src wakeSource) { m.g.wake(m, src) }
 
 func (m *member) candidate() uuid.UUID { return m.g.id }
+
+// wakeAny is a wake-up that names no namespace (wakeAll): the Group runs a
+// round now. It runs under the hubs' lock and takes no lock of the
+// Group's; the wake-ups of the Group's other namespaces coalesce into the
+// same round.
+func (m *member) wakeAny() { m.g.kickRound() }
 
 // pokeOusted tells the Group that another process vacated the term of its
 // candidate in m's namespace: a round now finds it out (the renewal fails)

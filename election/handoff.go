@@ -202,14 +202,25 @@ func (h *hub) wake(src wakeSource, vacated uuid.UUID) {
 	}
 }
 
-// wakeAll wakes every Elector of the hubs sharing the listener of lk, after
-// the listener (re)connected: notifications sent meanwhile were lost.
+// wakeAll wakes every member of the hubs sharing the listener of lk, for a
+// wake-up that names no namespace: the listener (re)connected, and
+// notifications sent meanwhile were lost, or a MySQL listener was
+// interrupted, which carries no payload. Electors take the locked path; a
+// Group runs one round (wakeAny), which reads every seat in one statement
+// and tries only those it finds free, instead of locking every seat it
+// does not lead, most of them live.
 func wakeAll(lk listenKey) {
 	hubs.Lock()
 	defer hubs.Unlock()
 	for k, h := range hubs.m {
 		if k.pool == lk.pool && k.schema == lk.schema {
-			h.wake(wakeNotify, uuid.Nil)
+			for m := range h.members {
+				if a, ok := m.(interface{ wakeAny() }); ok {
+					a.wakeAny()
+				} else {
+					m.poke(wakeNotify)
+				}
+			}
 		}
 	}
 }

@@ -14,9 +14,13 @@ package dialect
 // and interrupts their waits. A woken listener calls fn("") ("any
 // namespace": the interruption carries no payload, so every candidate of
 // the pool that is not leading runs one round) and waits again. The
-// candidates it wakes take the seat's row lock, so they wait for the
+// Electors it wakes take the seat's row lock, so they wait for the
 // vacating transaction to end, as after a local wake-up, and then see the
 // vacant seat; after a rollback they find it held and have spent one round.
+// A Group runs one unlocked round of all its namespaces, which finds the
+// seat vacant when the vacating transaction sent its KILLs after its
+// commit (package election does, in a transaction of its own), and
+// otherwise at its next round.
 //
 // How Notify finds the listeners:
 //
