@@ -35,7 +35,7 @@ type GroupConfig struct {
 	// Namespaces are the namespaces the candidate joins when the Group is
 	// made: at least one, each valid (see WithNamespace), none twice, and
 	// no more than the database's batch statements can carry (4,095 on
-	// SQLite, 8,191 on MySQL and MariaDB, 32,765 on PostgreSQL). Join and
+	// SQLite, 8,191 on MySQL and MariaDB, 65,534 on PostgreSQL). Join and
 	// Leave change the set while the Group runs.
 	Namespaces []string
 
@@ -253,8 +253,9 @@ func NewGroup(ctx context.Context, db *gorm.DB, id uuid.UUID, cfg GroupConfig, o
 	cfg.Interval, cfg.SafetyMargin, cfg.ShutdownTimeout = ecfg.Interval, ecfg.SafetyMargin, ecfg.ShutdownTimeout
 	cfg.Namespaces = slices.Clone(cfg.Namespaces)
 	// The batch statements run unprepared: their text changes with the
-	// number of namespaces and of leases held, so a cache would keep one
-	// of each; and preparing takes the cache's lock while it waits for a
+	// number of namespaces (on PostgreSQL, where the round passes them as
+	// arrays, only in a comment), so a cache would keep one of each; and
+	// preparing takes the cache's lock while it waits for a
 	// connection, which on a pool of one an attempt's transaction holds,
 	// while that transaction waits for the lock.
 	batch := base.inNamespace(cfg.Namespaces[0])
@@ -1104,20 +1105,16 @@ func (g *Group) roundStatements(ctx context.Context, names []string, held []held
 		clear(res.renewed)
 		res.live = 0
 		// On PostgreSQL the whole round is one statement.
-		index := make(map[string]int, len(names))
-		for i, ns := range names {
-			index[ns] = i
-		}
-		heldAt := make([]int, len(held))
-		for k, h := range held {
-			heldAt[k] = index[h.m.ns]
-		}
-		if q, ok := dialect.BatchRound(d, len(names), heldAt, g.cfg.Balance); ok {
-			args := make([]any, 0, 5+len(names)+len(held))
-			args = append(args, d.DurationArg(g.base.expire), g.id, id.Hostname, id.PID, id.Label)
-			args = append(args, anyArgs(names)...)
-			for _, h := range held {
-				args = append(args, h.term)
+		if q, ok := dialect.BatchRound(d, len(names), len(held) > 0, g.cfg.Balance); ok {
+			args := make([]any, 0, 8)
+			args = append(args, d.DurationArg(g.base.expire), g.id, id.Hostname, id.PID, id.Label, dialect.TextArray(names))
+			if len(held) > 0 {
+				nss := make([]string, len(held))
+				terms := make([]int64, len(held))
+				for k, h := range held {
+					nss[k], terms[k] = h.m.ns, h.term
+				}
+				args = append(args, dialect.TextArray(nss), dialect.Int64Array(terms))
 			}
 			sent := time.Now()
 			rows, err := conn.QueryContext(ctx, q, args...)

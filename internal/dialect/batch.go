@@ -91,13 +91,14 @@ const (
 
 // BatchMaxNamespaces is the most namespaces one candidate can serve with
 // the batch statements on d, bounded by the parameters a statement may
-// carry: on PostgreSQL BatchRound's 5 plus two per namespace (a namespace
-// and, when held, its term), 32,765; elsewhere BatchHeartbeat's 8 per
-// namespace, 8,191 on MySQL and MariaDB and 4,095 on SQLite.
+// carry: on PostgreSQL, whose round passes its namespaces as arrays,
+// BatchUnregister's candidate id and one parameter per namespace, 65,534;
+// elsewhere BatchHeartbeat's 8 per namespace, 8,191 on MySQL and MariaDB
+// and 4,095 on SQLite.
 func BatchMaxNamespaces(d Dialect) int {
 	switch d.(type) {
 	case postgres:
-		return (pgMaxBinds - 5) / 2
+		return pgMaxBinds - 1
 	case sqlite:
 		return sqliteMaxBinds / 8
 	}
@@ -162,21 +163,28 @@ func finish(d Dialect, q string) string {
 	return q
 }
 
-// roundPrefix begins every statement BatchRound builds, and roundRowSep
-// separates the namespaces of its heartbeat's VALUES list.
-const (
-	roundPrefix = "WITH c AS (SELECT clock_timestamp() AS n)"
-	roundRowSep = " AS text)), (CAST("
-)
+// roundTag begins every statement BatchRound builds: a comment that names
+// the number of namespaces in the round, since the namespaces themselves
+// travel in one array parameter.
+const roundTag = "/* sqlelect round: "
 
 // BatchRoundNamespaces reports whether q is a statement of BatchRound and
 // for how many namespaces, for tools that count a group's rounds by the
 // statements that reach the driver.
 func BatchRoundNamespaces(q string) (n int, ok bool) {
-	if !strings.HasPrefix(q, roundPrefix) {
+	rest, found := strings.CutPrefix(q, roundTag)
+	if !found {
 		return 0, false
 	}
-	return strings.Count(q, roundRowSep) + 1, true
+	count, _, found := strings.Cut(rest, " namespaces */ ")
+	if !found {
+		return 0, false
+	}
+	n, err := strconv.Atoi(count)
+	if err != nil || n < 1 {
+		return 0, false
+	}
+	return n, true
 }
 
 // BatchRound is a group's whole round in one statement where the database
@@ -187,14 +195,16 @@ func BatchRoundNamespaces(q string) (n int, ok bool) {
 // From one reading of the database clock the statement extends the leases
 // of the held terms as BatchRenew does, creates or refreshes the
 // candidate's rows in the n namespaces as BatchHeartbeat does, and reads
-// the n seats as BatchSeats does. Parameters: the expiry window (a
-// duration), the candidate id, hostname, pid and label; then the n
-// namespaces; then the term of each held lease, in the order of heldAt,
-// which gives each held lease's namespace as an index into the n. Rows are
-// those of BatchSeats, then renewed_expires_at: the new expiry of a lease
-// this statement extended, NULL for every other seat; with live, each row
-// ends with the number of distinct candidates live in the n namespaces,
-// this one included.
+// the n seats as BatchSeats does. Its text depends on n only through a
+// leading comment: the namespaces and terms travel as arrays, so the
+// server plans a statement of the same size whatever their number.
+// Parameters: the expiry window (a duration), the candidate id, hostname,
+// pid and label; then the n namespaces as one TextArray; then, with held,
+// the namespaces of the held leases as a TextArray and their terms, in the
+// same order, as an Int64Array. Rows are those of BatchSeats, then
+// renewed_expires_at: the new expiry of a lease this statement extended,
+// NULL for every other seat; with live, each row ends with the number of
+// distinct candidates live in the n namespaces, this one included.
 //
 // The seats are read from the statement's snapshot, taken before the
 // renewal touched any row: a seat vacated by a transaction that committed
@@ -202,45 +212,33 @@ func BatchRoundNamespaces(q string) (n int, ok bool) {
 // reads as held, and the renewal, which checks the row again once the lock
 // is granted, skips it. Only renewed_expires_at says whether a lease was
 // renewed.
-func BatchRound(d Dialect, n int, heldAt []int, live bool) (q string, ok bool) {
+func BatchRound(d Dialect, n int, held, live bool) (q string, ok bool) {
 	if _, ok := d.(postgres); !ok {
 		return "", false
 	}
-	const first = 6 // $1..$5: expiry window, id, hostname, pid, label
-	ns := func(i int) string { return "$" + strconv.Itoa(first+i) }
-	names := make([]string, n)
-	for i := range names {
-		names[i] = ns(i)
-	}
-	in := strings.Join(names, ", ")
+	const names = "CAST($6 AS text[])"
 	until := "c.n + CAST($1 AS bigint) * interval '1 microsecond'"
 
 	var b strings.Builder
-	b.WriteString(roundPrefix)
-	if len(heldAt) > 0 {
-		b.WriteString(", r AS (UPDATE election_leaders AS u SET lease_expires_at = " + until + ", updated_at = c.n FROM c" +
-			" WHERE u.leader_id = $2 AND u.lease_expires_at > c.n AND (")
-		for k, i := range heldAt {
-			if k > 0 {
-				b.WriteString(" OR ")
-			}
-			b.WriteString("(u.namespace = " + ns(i) + " AND u.term = $" + strconv.Itoa(first+n+k) + ")")
-		}
-		b.WriteString(") RETURNING u.namespace, u.lease_expires_at)")
+	b.WriteString(roundTag + strconv.Itoa(n) + " namespaces */ WITH c AS (SELECT clock_timestamp() AS n)")
+	if held {
+		b.WriteString(", r AS (UPDATE election_leaders AS u SET lease_expires_at = " + until + ", updated_at = c.n" +
+			" FROM c, unnest(CAST($7 AS text[]), CAST($8 AS bigint[])) AS t(ns, term)" +
+			" WHERE u.namespace = t.ns AND u.term = t.term AND u.leader_id = $2 AND u.lease_expires_at > c.n" +
+			" RETURNING u.namespace, u.lease_expires_at)")
 	}
 	b.WriteString(", h AS (" + insertCandidate + "SELECT v.ns, $2, c.n, c.n, " + until +
-		", CAST($3 AS text), CAST($4 AS bigint), CAST($5 AS text) FROM c, (VALUES (CAST(")
-	b.WriteString(strings.Join(names, roundRowSep))
-	b.WriteString(" AS text))) v(ns) " + onConflictUpdate(candidateKey, candidateRefresh) + ")")
+		", CAST($3 AS text), CAST($4 AS bigint), CAST($5 AS text) FROM c, unnest(" + names + ") AS v(ns) " +
+		onConflictUpdate(candidateKey, candidateRefresh) + ")")
 	if live {
 		// Counted once, in a WITH item of its own: as a subquery of the
 		// SELECT list it would be correlated with c and counted again for
 		// every seat.
-		b.WriteString(", k AS (SELECT COUNT(DISTINCT candidate_id) + 1 AS n FROM election_candidates, c WHERE namespace IN (" + in +
+		b.WriteString(", k AS (SELECT COUNT(DISTINCT candidate_id) + 1 AS n FROM election_candidates, c WHERE namespace = ANY (" + names +
 			") AND expires_at > c.n AND candidate_id <> $2)")
 	}
 	b.WriteString(" SELECT c.n, s.namespace, s.leader_id, s.term, s.lease_expires_at, s.acquired_at, ")
-	if len(heldAt) > 0 {
+	if held {
 		b.WriteString("r.lease_expires_at")
 	} else {
 		b.WriteString("CAST(NULL AS timestamptz)")
@@ -252,9 +250,47 @@ func BatchRound(d Dialect, n int, heldAt []int, live bool) (q string, ok bool) {
 	if live {
 		b.WriteString(" CROSS JOIN k")
 	}
-	b.WriteString(" LEFT JOIN election_leaders s ON s.namespace IN (" + in + ")")
-	if len(heldAt) > 0 {
+	b.WriteString(" LEFT JOIN election_leaders s ON s.namespace = ANY (" + names + ")")
+	if held {
 		b.WriteString(" LEFT JOIN r ON r.namespace = s.namespace")
 	}
 	return finish(d, b.String()), true
+}
+
+// TextArray is vs as one PostgreSQL array literal, for a parameter the
+// statement casts to text[]: every element quoted, its quotes and
+// backslashes escaped, so any string arrives as it was.
+func TextArray(vs []string) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, v := range vs {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('"')
+		for j := 0; j < len(v); j++ {
+			if v[j] == '"' || v[j] == '\\' {
+				b.WriteByte('\\')
+			}
+			b.WriteByte(v[j])
+		}
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// Int64Array is vs as one PostgreSQL array literal, for a parameter the
+// statement casts to bigint[].
+func Int64Array(vs []int64) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, v := range vs {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatInt(v, 10))
+	}
+	b.WriteByte('}')
+	return b.String()
 }

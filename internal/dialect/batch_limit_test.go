@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,10 +19,18 @@ func binds(q string) int {
 		return n
 	}
 	most := 0
-	for _, m := range regexp.MustCompile(`\$(\d+)`).FindAllStringSubmatch(q, -1) {
-		if n, _ := strconv.Atoi(m[1]); n > most {
+	for i := 0; i < len(q); i++ {
+		if q[i] != '$' {
+			continue
+		}
+		j := i + 1
+		for j < len(q) && q[j] >= '0' && q[j] <= '9' {
+			j++
+		}
+		if n, err := strconv.Atoi(q[i+1 : j]); err == nil && n > most {
 			most = n
 		}
+		i = j - 1
 	}
 	return most
 }
@@ -38,18 +45,18 @@ func TestBatchMaxNamespaces(t *testing.T) {
 	}{{postgres{}, pgMaxBinds}, {mysql{}, mysqlMaxBinds}, {sqlite{}, sqliteMaxBinds}} {
 		t.Run(c.d.Name(), func(t *testing.T) {
 			most := func(n int) int {
-				all := make([]int, n)
-				for i := range all {
-					all[i] = i
-				}
-				qs := []string{BatchRenew(c.d, n), BatchSeats(c.d, n), BatchSeatsLive(c.d, n), BatchHeartbeat(c.d, n),
-					BatchLive(c.d, n), BatchUnregister(c.d, n)}
-				if q, ok := BatchRenewReturning(c.d, n); ok {
-					qs = append(qs, q)
-				}
-				if q, ok := BatchRound(c.d, n, all, true); ok {
+				// Sent outside the rounds: the pruning of led namespaces
+				// and the unregistering at shutdown.
+				qs := []string{BatchExpired(c.d, n), BatchPruneHistory(c.d, n), BatchUnregister(c.d, n)}
+				if q, ok := BatchRound(c.d, n, true, true); ok {
 					// BatchRound is all PostgreSQL sends in a round.
-					qs = []string{q, BatchUnregister(c.d, n)}
+					qs = append(qs, q)
+				} else {
+					qs = append(qs, BatchRenew(c.d, n), BatchSeats(c.d, n), BatchSeatsLive(c.d, n), BatchHeartbeat(c.d, n),
+						BatchLive(c.d, n))
+					if q, ok := BatchRenewReturning(c.d, n); ok {
+						qs = append(qs, q)
+					}
 				}
 				m := 0
 				for _, q := range qs {

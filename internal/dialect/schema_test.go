@@ -36,7 +36,7 @@ func TestInSchemaQualifiesEveryStatement(t *testing.T) {
 	for i := 0; i < m.NumField(); i++ {
 		all = append(all, m.Field(i).String())
 	}
-	for _, held := range [][]int{nil, {1}} {
+	for _, held := range []bool{false, true} {
 		round, ok := BatchRound(d, 2, held, true)
 		if !ok {
 			t.Fatal("BatchRound: not ok on PostgreSQL")
@@ -71,7 +71,7 @@ func TestInSchemaQualifiesEveryStatement(t *testing.T) {
 // the other databases run the round's statements one by one.
 func TestBatchRoundOnlyOnPostgres(t *testing.T) {
 	for _, d := range []Dialect{mysql{}, sqlite{}} {
-		if q, ok := BatchRound(d, 3, []int{0}, false); ok || q != "" {
+		if q, ok := BatchRound(d, 3, true, false); ok || q != "" {
 			t.Errorf("%s: BatchRound = %q, %v; want no statement", d.Name(), q, ok)
 		}
 	}
@@ -87,13 +87,16 @@ func TestBatchRoundNamespaces(t *testing.T) {
 	}
 	for _, dd := range []Dialect{postgres{}, d} {
 		for _, n := range []int{1, 2, 7} {
-			q, _ := BatchRound(dd, n, []int{0}, n > 1)
+			q, _ := BatchRound(dd, n, n > 2, n > 1)
 			if got, ok := BatchRoundNamespaces(q); !ok || got != n {
 				t.Errorf("%d namespaces: BatchRoundNamespaces = %d, %v", n, got, ok)
 			}
 		}
 	}
-	if _, ok := BatchRoundNamespaces(BatchHeartbeat(postgres{}, 3)); ok {
-		t.Error("a heartbeat counted as a round")
+	for _, q := range []string{BatchHeartbeat(postgres{}, 3), "/* sqlelect round: x namespaces */ SELECT 1",
+		"/* sqlelect round: 0 namespaces */ SELECT 1", "/* sqlelect round: 3 */ SELECT 1"} {
+		if n, ok := BatchRoundNamespaces(q); ok {
+			t.Errorf("%q counted as a round of %d namespaces", q, n)
+		}
 	}
 }
