@@ -41,3 +41,16 @@ func MySQLSlotName(ctx context.Context, db *sql.DB, channel string, i int) (stri
 	err := db.QueryRowContext(ctx, "SELECT x.p FROM "+myPrefix, myName(channel)).Scan(&p)
 	return p + strconv.Itoa(i), err
 }
+
+// TiDBWaitMatches reports whether the server's LIKE, with the pattern
+// TiDB's Notify looks for a listener's tag with, matches the statement
+// text q.
+func TiDBWaitMatches(ctx context.Context, db *sql.DB, q, tag string) (bool, error) {
+	var m bool
+	err := db.QueryRowContext(ctx, "SELECT ? LIKE "+tidbWaitLike, q, tag).Scan(&m)
+	return m, err
+}
+
+// MySQLWaitSQL is the statement a listener of prefix p in slot waits in
+// (-1: no slot, as on TiDB).
+func MySQLWaitSQL(p string, slot int) string { return myChainWaitSQL(p, slot) }

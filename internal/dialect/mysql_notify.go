@@ -165,17 +165,13 @@ type myServer struct {
 
 func (s *myServer) dest() []any { return []any{&s.prefix, &s.host, &s.port, &s.serverID} }
 
-// myWaitSQL is the statement a listener with prefix p waits in on TiDB. It
-// carries p, so that TiDB's Notify finds it in the process list (and an
-// operator sees what it is).
-func myWaitSQL(p string) string {
-	return fmt.Sprintf("SELECT SLEEP(%d), '%s'", myWaitSeconds, p)
-}
-
-// myChainWaitSQL is the statement the listener of slot waits in on MySQL
-// and MariaDB: GET_LOCK on the slot of the nearest listener below it, held
-// by that listener, or SLEEP when there is none. It returns what the wait
-// returned, the name of the lock it waited for (NULL for SLEEP) and p.
+// myChainWaitSQL is the statement the listener of slot waits in: on MySQL
+// and MariaDB, GET_LOCK on the slot of the nearest listener below it, held
+// by that listener, or SLEEP when there is none; on TiDB, whose listeners
+// have no slot (-1), SLEEP. It returns what the wait returned, the name of
+// the lock it waited for (NULL for SLEEP) and p, which TiDB's Notify finds
+// in the process list (tidbWaitLike), and which tells an operator what the
+// statement is.
 //
 // On MariaDB a KILL QUERY that reaches a SLEEP as the server's one mutex of
 // every SLEEP is busy (another SLEEP starting or ending) holds up the
@@ -217,10 +213,16 @@ func mySlotsSQL(fn string) string {
 	return b.String()
 }
 
+// tidbWaitLike is a LIKE pattern for the text of a SLEEP that ends with
+// the quoted tag given as its one parameter: the waits of myChainWaitSQL
+// and of the probe, and the two-column form of earlier releases, so that
+// processes of both versions wake each other during a rolling upgrade.
+const tidbWaitLike = "CONCAT('SELECT SLEEP(%), %''', ?, '''')"
+
 // tidbListenersSQL reads the prefix and the connection ids of the
 // statements waiting with it, on every tidb-server of the cluster.
-const tidbListenersSQL = "SELECT " + myServerCols + ", pl.ID FROM " + myPrefix +
-	" LEFT JOIN information_schema.CLUSTER_PROCESSLIST pl ON pl.INFO LIKE CONCAT('SELECT SLEEP(%), ''', x.p, '''')"
+var tidbListenersSQL = "SELECT " + myServerCols + ", pl.ID FROM " + myPrefix +
+	" LEFT JOIN information_schema.CLUSTER_PROCESSLIST pl ON pl.INFO LIKE " + strings.Replace(tidbWaitLike, "?", "x.p", 1)
 
 // myHolder is one listener Notify found: its connection id, and its slot
 // (-1 on TiDB).
@@ -731,23 +733,18 @@ func (l *myListener) claimSlot(ctx context.Context) error {
 		ErrCannotListen, mySlotCount, strings.TrimSuffix(l.srv.prefix, ":"))
 }
 
-// startWait runs one wait on the listener's connection, in the background.
+// startWait runs the listener's wait, myChainWaitSQL, in the background.
 func (l *myListener) startWait() {
-	if l.d.tidb {
-		l.startWaitSQL(myWaitSQL(l.srv.prefix))
-		return
-	}
-	l.startChainWait()
+	l.startWaitSQL(myChainWaitSQL(l.srv.prefix, l.slot))
 }
 
-// startChainWait runs myChainWaitSQL on the listener's connection, in the
-// background.
-func (l *myListener) startChainWait() {
+// startWaitSQL runs q, a wait that returns myChainWaitSQL's columns, on the
+// listener's connection in the background.
+func (l *myListener) startWaitSQL(q string) {
 	qctx, cancel := context.WithTimeout(context.Background(), time.Duration(myWaitSeconds)*time.Second+myStopTimeout)
 	l.cancel = cancel
 	ch := make(chan waitResult, 1)
 	l.wait = ch
-	q := myChainWaitSQL(l.srv.prefix, l.slot)
 	go func() {
 		var (
 			got  sql.NullInt64
@@ -761,12 +758,13 @@ func (l *myListener) startChainWait() {
 			// Query execution was interrupted (MariaDB).
 			ch <- waitResult{woken: true}
 		case errors.As(err, &me) && (me.Number == 1969 || me.Number == 3024):
-			// max_statement_time or max_execution_time ended the wait.
+			// max_statement_time (MariaDB) or max_execution_time (MySQL)
+			// ended the wait: wait again.
 			ch <- waitResult{}
 		case err != nil:
 			ch <- waitResult{err: err}
 		case !lock.Valid:
-			// SLEEP returns 1 when it is interrupted (MySQL).
+			// SLEEP returns 1 when it is interrupted (MySQL, TiDB).
 			ch <- waitResult{woken: got.Int64 == 1}
 		case !got.Valid:
 			// GET_LOCK returns NULL when it is interrupted (MySQL).
@@ -775,37 +773,6 @@ func (l *myListener) startChainWait() {
 			ch <- waitResult{took: lock.String}
 		default:
 			ch <- waitResult{} // its time was up
-		}
-	}()
-}
-
-// startWaitSQL runs q, a wait, on the listener's connection in the
-// background.
-func (l *myListener) startWaitSQL(q string) {
-	qctx, cancel := context.WithTimeout(context.Background(), time.Duration(myWaitSeconds)*time.Second+myStopTimeout)
-	l.cancel = cancel
-	ch := make(chan waitResult, 1)
-	l.wait = ch
-	go func() {
-		var (
-			slept int64
-			tag   string
-		)
-		err := l.conn.QueryRowContext(qctx, q).Scan(&slept, &tag)
-		var me *drv.MySQLError
-		switch {
-		case err == nil:
-			// SLEEP returns 1 when it is interrupted (MySQL, TiDB).
-			ch <- waitResult{woken: slept == 1}
-		case errors.As(err, &me) && me.Number == 1317:
-			// Query execution was interrupted (MariaDB).
-			ch <- waitResult{woken: true}
-		case errors.As(err, &me) && (me.Number == 1969 || me.Number == 3024):
-			// max_statement_time (MariaDB) or max_execution_time (MySQL)
-			// ended the wait: wait again.
-			ch <- waitResult{}
-		default:
-			ch <- waitResult{err: err}
 		}
 	}()
 }
@@ -844,7 +811,7 @@ func (l *myListener) probe(ctx context.Context) error {
 			return fmt.Errorf("%w: GET_LOCK(%q, 0) returned %v", ErrCannotListen, probeLock(l.id), got)
 		}
 	}
-	l.startWaitSQL(fmt.Sprintf("SELECT SLEEP(%d), '%s'", myWaitSeconds, tag))
+	l.startWaitSQL(myChainWaitSQL(tag, -1))
 	retry := 2 * time.Millisecond
 	found, killed := false, false
 	for {
@@ -854,7 +821,7 @@ func (l *myListener) probe(ctx context.Context) error {
 				err    error
 			)
 			if l.d.tidb {
-				err = l.db.QueryRowContext(pctx, "SELECT MAX(ID) FROM information_schema.CLUSTER_PROCESSLIST WHERE INFO LIKE CONCAT('SELECT SLEEP(%), ''', ?, '''')", tag).Scan(&holder)
+				err = l.db.QueryRowContext(pctx, "SELECT MAX(ID) FROM information_schema.CLUSTER_PROCESSLIST WHERE INFO LIKE "+tidbWaitLike, tag).Scan(&holder)
 			} else {
 				err = l.db.QueryRowContext(pctx, "SELECT IS_USED_LOCK(?)", probeLock(l.id)).Scan(&holder)
 			}

@@ -589,3 +589,33 @@ func TestMySQLListenersWaitOnLowerSlots(t *testing.T) {
 		}
 	}
 }
+
+// TestTiDBWaitPattern: the pattern TiDB's Notify finds listeners by
+// matches the wait of a listener with the tag it looks for, in this
+// release's form and in the two-column form of earlier ones, and not the
+// probe's wait, another prefix's, or a chained wait.
+func TestTiDBWaitPattern(t *testing.T) {
+	raw := testdb.Raw(t, testdb.Open(t, mysqlTarget(t)))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const p = "sqlelect:ns:1234:"
+	for _, c := range []struct {
+		q    string
+		want bool
+	}{
+		{dialect.MySQLWaitSQL(p, -1), true},
+		{"SELECT SLEEP(60), '" + p + "'", true},
+		{dialect.MySQLWaitSQL(p+"probe", -1), false},
+		{dialect.MySQLWaitSQL("sqlelect:other:1234:", -1), false},
+		{dialect.MySQLWaitSQL("x"+p, -1), false},
+		{dialect.MySQLWaitSQL(p, 2), false},
+	} {
+		got, err := dialect.TiDBWaitMatches(ctx, raw, c.q, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != c.want {
+			t.Errorf("%q matches tag %q: %v, want %v", c.q, p, got, c.want)
+		}
+	}
+}
