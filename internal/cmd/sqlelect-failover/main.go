@@ -68,7 +68,7 @@ func main() {
 	flag.DurationVar(&c.expire, "expire", 2*time.Second, "expiry window")
 	flag.DurationVar(&c.interval, "interval", 200*time.Millisecond, "Elector interval")
 	flag.BoolVar(&c.verbose, "v", false, "print every trial")
-	flag.BoolVar(&c.trace, "trace", false, "print what the processes report from each graceful trial's signal until another leads (wake-ups, rounds and their durations)")
+	flag.BoolVar(&c.trace, "trace", false, "print, for each graceful trial, what the processes did from the signal until another led: their statements, new connections, wake-ups and rounds, each with its time")
 	flag.BoolVar(&isChild, "child", false, "run as a candidate process (used by the parent)")
 	flag.Parse()
 
