@@ -197,7 +197,9 @@ func BatchRoundNamespaces(q string) (n int, ok bool) {
 // candidate's rows in the n namespaces as BatchHeartbeat does, and reads
 // the n seats as BatchSeats does. Its text depends on n only through a
 // leading comment: the namespaces and terms travel as arrays, so the
-// server plans a statement of the same size whatever their number.
+// server plans a statement of the same size whatever their number. The
+// arrays are joined through unnest, never compared with = ANY, whose
+// planning estimates every element against the column's statistics.
 // Parameters: the expiry window (a duration), the candidate id, hostname,
 // pid and label; then the n namespaces as one TextArray; then, with held,
 // the namespaces of the held leases as a TextArray and their terms, in the
@@ -234,8 +236,8 @@ func BatchRound(d Dialect, n int, held, live bool) (q string, ok bool) {
 		// Counted once, in a WITH item of its own: as a subquery of the
 		// SELECT list it would be correlated with c and counted again for
 		// every seat.
-		b.WriteString(", k AS (SELECT COUNT(DISTINCT candidate_id) + 1 AS n FROM election_candidates, c WHERE namespace = ANY (" + names +
-			") AND expires_at > c.n AND candidate_id <> $2)")
+		b.WriteString(", k AS (SELECT COUNT(DISTINCT e.candidate_id) + 1 AS n FROM c, unnest(" + names + ") AS a(ns)" +
+			" JOIN election_candidates e ON e.namespace = a.ns WHERE e.expires_at > c.n AND e.candidate_id <> $2)")
 	}
 	b.WriteString(" SELECT c.n, s.namespace, s.leader_id, s.term, s.lease_expires_at, s.acquired_at, ")
 	if held {
@@ -250,7 +252,7 @@ func BatchRound(d Dialect, n int, held, live bool) (q string, ok bool) {
 	if live {
 		b.WriteString(" CROSS JOIN k")
 	}
-	b.WriteString(" LEFT JOIN election_leaders s ON s.namespace = ANY (" + names + ")")
+	b.WriteString(" LEFT JOIN (SELECT l.* FROM unnest(" + names + ") AS a(ns) JOIN election_leaders l ON l.namespace = a.ns) s ON true")
 	if held {
 		b.WriteString(" LEFT JOIN r ON r.namespace = s.namespace")
 	}
