@@ -603,17 +603,30 @@ func (g *Group) shutdown(ctx context.Context, err error) error {
 		return err
 	}
 
-	// Vacate each term as soon as its work has returned; delete the rows of
-	// the namespaces without a term in one statement.
-	var rest []string
+	// Vacate each term as soon as its work has returned, several at once
+	// (each in its own transaction: one seat's failure leaves the others
+	// vacated); delete the rows of the namespaces without a term in one
+	// statement.
+	var (
+		rest     []string
+		vacating sync.WaitGroup
+	)
+	slots := make(chan struct{}, shutdownVacates(g.base.d))
+	defer vacating.Wait()
 	finish := func(o out) {
 		if o.term == 0 {
 			rest = append(rest, o.m.ns)
 			return
 		}
-		if err := o.m.e.vacate(sctx, "Run", g.id, o.term, true, nil); err != nil {
-			g.log.Warn("election: vacating on shutdown failed; the lease expires by itself", "namespace", o.m.ns, "err", err)
-		}
+		slots <- struct{}{}
+		vacating.Add(1)
+		go func() {
+			defer vacating.Done()
+			defer func() { <-slots }()
+			if err := o.m.e.vacate(sctx, "Run", g.id, o.term, true, nil); err != nil {
+				g.log.Warn("election: vacating on shutdown failed; the lease expires by itself", "namespace", o.m.ns, "err", err)
+			}
+		}()
 	}
 	returned := make(chan out, len(outs))
 	waiting := 0
@@ -645,6 +658,16 @@ func (g *Group) shutdown(ctx context.Context, err error) error {
 	}
 	g.unregister(sctx, rest)
 	return nil
+}
+
+// shutdownVacates is how many terms a Group's shutdown vacates at once: one
+// on SQLite, which writes one transaction at a time; elsewhere a few, each
+// on a connection of the pool, which may have fewer to give.
+func shutdownVacates(d dialect.Dialect) int {
+	if d.Name() == "sqlite" {
+		return 1
+	}
+	return 4
 }
 
 // pruneLed prunes, every two expiry windows from the first round, the
