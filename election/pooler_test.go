@@ -43,15 +43,7 @@ const notListening = "election: not listening for handoffs"
 // is delivered, the Electors say once that they poll, and the successor
 // takes over at its next tick; no warning is logged either way.
 func TestHandoffThroughPooler(t *testing.T) {
-	var tg testdb.Target
-	for _, x := range testdb.Targets(t) {
-		if x.Name == "postgres" {
-			tg = x
-		}
-	}
-	if tg.Name == "" {
-		t.Skip(testdb.PostgresEnv + " not set")
-	}
+	tg := testdb.Only(t, "postgres")
 	pooled := testdb.TransactionPooler()
 	// Two pools, as two processes would have: no in-process wake-up.
 	dbA := testdb.Open(t, tg)

@@ -90,16 +90,7 @@ func TestArrayLiterals(t *testing.T) {
 // row reads as absent; the candidate's row is written in every namespace,
 // and the live count counts each candidate once.
 func TestBatchRoundOnPostgres(t *testing.T) {
-	var tg testdb.Target
-	for _, c := range testdb.Targets(t) {
-		if c.Name == "postgres" {
-			tg = c
-		}
-	}
-	if tg.Name == "" {
-		t.Skip("PostgreSQL not configured")
-	}
-	db := testdb.Open(t, tg)
+	db := testdb.Open(t, testdb.Only(t, "postgres"))
 	raw := testdb.Raw(t, db)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -17,16 +17,7 @@ import (
 // caller holding an eighth of the seats, the others held by the other
 // candidates, with and without the live count Balance reads.
 func BenchmarkBatchRound(b *testing.B) {
-	var tg testdb.Target
-	for _, c := range testdb.Targets(b) {
-		if c.Name == "postgres" {
-			tg = c
-		}
-	}
-	if tg.Name == "" {
-		b.Skip("PostgreSQL not configured")
-	}
-	db := testdb.Open(b, tg)
+	db := testdb.Open(b, testdb.Only(b, "postgres"))
 	raw := testdb.Raw(b, db)
 	d, err := dialect.For(db)
 	if err != nil {

@@ -40,13 +40,7 @@ type helperMode struct{ listening, deferred bool }
 // mysqlTarget returns the configured MySQL-family target, or skips.
 func mysqlTarget(t *testing.T) testdb.Target {
 	t.Helper()
-	for _, tg := range testdb.Targets(t) {
-		if tg.Name == "mysql" {
-			return tg
-		}
-	}
-	t.Skip("MySQL not configured")
-	return testdb.Target{}
+	return testdb.Only(t, "mysql")
 }
 
 // mysqlNotifier opens a pool on dsn and returns it with the dialect Detect

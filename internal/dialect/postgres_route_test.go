@@ -15,15 +15,7 @@ import (
 // behind a pooler. Either way a call whose context ends returns at once and
 // the pool goes on working.
 func TestPostgresRoute(t *testing.T) {
-	var dsn string
-	for _, tg := range testdb.Servers(t) {
-		if tg.Name == "postgres" {
-			dsn = tg.DSN
-		}
-	}
-	if dsn == "" {
-		t.Skip("no PostgreSQL configured")
-	}
+	dsn := testdb.Only(t, "postgres").DSN
 	c, route, err := dialect.PGConnector(dsn)
 	if err != nil {
 		t.Fatal(err)

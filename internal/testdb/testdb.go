@@ -125,6 +125,20 @@ func Targets(tb testing.TB) []Target {
 	return out
 }
 
+// Only returns the configured target called name ("postgres", "mysql" or
+// "sqlite"), and skips tb when it is not configured (which CI=true has
+// already made a failure in Targets).
+func Only(tb testing.TB, name string) Target {
+	tb.Helper()
+	for _, tg := range Targets(tb) {
+		if tg.Name == name {
+			return tg
+		}
+	}
+	tb.Skipf("%s not configured", name)
+	return Target{}
+}
+
 // Servers returns the configured PostgreSQL and MySQL targets, the ones
 // reached over TCP. It skips tb when there are none (which CI=true has
 // already made a failure in Targets).
