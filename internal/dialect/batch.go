@@ -263,35 +263,34 @@ func BatchRound(d Dialect, n int, held, live bool) (q string, ok bool) {
 // statement casts to text[]: every element quoted, its quotes and
 // backslashes escaped, so any string arrives as it was.
 func TextArray(vs []string) string {
-	var b strings.Builder
-	b.WriteByte('{')
-	for i, v := range vs {
-		if i > 0 {
-			b.WriteByte(',')
-		}
+	return arrayLiteral(vs, func(b *strings.Builder, v string) {
 		b.WriteByte('"')
-		for j := 0; j < len(v); j++ {
-			if v[j] == '"' || v[j] == '\\' {
+		for i := 0; i < len(v); i++ {
+			if v[i] == '"' || v[i] == '\\' {
 				b.WriteByte('\\')
 			}
-			b.WriteByte(v[j])
+			b.WriteByte(v[i])
 		}
 		b.WriteByte('"')
-	}
-	b.WriteByte('}')
-	return b.String()
+	})
 }
 
 // Int64Array is vs as one PostgreSQL array literal, for a parameter the
 // statement casts to bigint[].
 func Int64Array(vs []int64) string {
+	return arrayLiteral(vs, func(b *strings.Builder, v int64) { b.WriteString(strconv.FormatInt(v, 10)) })
+}
+
+// arrayLiteral writes vs between braces, separated by commas, each element
+// with write.
+func arrayLiteral[T any](vs []T, write func(*strings.Builder, T)) string {
 	var b strings.Builder
 	b.WriteByte('{')
 	for i, v := range vs {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString(strconv.FormatInt(v, 10))
+		write(&b, v)
 	}
 	b.WriteByte('}')
 	return b.String()
