@@ -205,8 +205,14 @@ func (e *Election) elect(ctx context.Context, conn gorm.ConnPool, id uuid.UUID) 
 		s.now = s.now.Truncate(time.Microsecond)
 		expires := s.now.Add(e.expire).Truncate(time.Microsecond)
 		now, exp := e.d.TimeArg(s.now), e.d.TimeArg(expires)
-		if err := e.refreshAt(ctx, conn, id, s.now); err != nil {
-			return Lease{}, err
+		// Where the database has one statement for it, a seat that is
+		// taken is granted, its term recorded and the candidate's row
+		// refreshed in that statement (grantTerm).
+		folded := e.q.GrantTerm != "" && s.exists && !s.live()
+		if !folded {
+			if err := e.refreshAt(ctx, conn, id, s.now); err != nil {
+				return Lease{}, err
+			}
 		}
 		mine := Lease{Namespace: e.namespace, Leader: id, ExpiresAt: expires}
 		switch {
@@ -233,7 +239,15 @@ func (e *Election) elect(ctx context.Context, conn gorm.ConnPool, id uuid.UUID) 
 			mine.Term, mine.AcquiredAt = s.term, s.acquired
 			return mine, nil
 		case !s.live():
-			n, err := affected(conn.ExecContext(ctx, e.q.Grant, id, exp, now, now, e.namespace, s.term))
+			var (
+				n   int64
+				err error
+			)
+			if folded {
+				n, err = e.grantTerm(ctx, conn, id, s.term, now, exp)
+			} else {
+				n, err = affected(conn.ExecContext(ctx, e.q.Grant, id, exp, now, now, e.namespace, s.term))
+			}
 			if err != nil {
 				return Lease{}, err
 			}
@@ -247,8 +261,10 @@ func (e *Election) elect(ctx context.Context, conn gorm.ConnPool, id uuid.UUID) 
 					return Lease{}, err
 				}
 			}
-			if err := e.recordTerm(ctx, conn, id, s.term+1, now); err != nil {
-				return Lease{}, err
+			if !folded {
+				if err := e.recordTerm(ctx, conn, id, s.term+1, now); err != nil {
+					return Lease{}, err
+				}
 			}
 			mine.Term, mine.AcquiredAt = s.term+1, s.now
 			e.log.Debug("election: new leader", "leader", id, "term", mine.Term, "previous", s.leader)
@@ -265,6 +281,23 @@ func (e *Election) elect(ctx context.Context, conn gorm.ConnPool, id uuid.UUID) 
 		return Lease{}, err
 	}
 	return e.lease(s), nil
+}
+
+// grantTerm grants the seat, held in term by nobody live, to id with
+// GrantTerm, which records the new term too; with RefreshGrantTerm, unless
+// a Group's rounds keep the row (rowsKept), it refreshes id's row as
+// refreshAt does, in the same statement. now and exp are the bound times of
+// the grant, a reading of the database clock and one window later. It
+// returns the rows the statement reports: 1 when the seat was granted.
+func (e *Election) grantTerm(ctx context.Context, conn gorm.ConnPool, id uuid.UUID, term int64, now, exp any) (int64, error) {
+	args := make([]any, 0, 19)
+	q := e.q.GrantTerm
+	if !e.rowsKept.Load() {
+		q = e.q.RefreshGrantTerm
+		args = append(args, e.namespace, id, now, now, exp, e.identity.Hostname, e.identity.PID, e.identity.Label)
+	}
+	args = append(args, id, exp, now, now, e.namespace, term, id, e.identity.Hostname, e.identity.PID, e.identity.Label, now)
+	return affected(conn.ExecContext(ctx, q, args...))
 }
 
 // refreshAt creates or refreshes id's candidate row as of now, a reading of

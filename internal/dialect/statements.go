@@ -81,6 +81,17 @@ type Statements struct {
 	// PruneHistory deletes the terms that ended before the clock plus a
 	// (negative) duration: namespace, duration.
 	PruneHistory string
+	// GrantTerm is Grant and InsertTerm in one statement, where the
+	// database can run them as one (PostgreSQL, with a data-modifying
+	// WITH item); empty elsewhere. Parameters: Grant's, then the new
+	// term's leader id, hostname, pid, label and acquired at. It reports
+	// one row affected when the seat was granted, none when the leader row
+	// had moved on (and then writes no history).
+	GrantTerm string
+	// RefreshGrantTerm is UpsertAt followed by GrantTerm, in one statement
+	// where GrantTerm has one; empty elsewhere. Parameters: UpsertAt's,
+	// then GrantTerm's.
+	RefreshGrantTerm string
 	// SelectLeader, indexed by Lock, reads the leader row with that lock:
 	// namespace. It yields exactly one row: db_now, leader_id, term,
 	// lease_expires_at, acquired_at. The leader columns are NULL when the
@@ -94,9 +105,15 @@ type Statements struct {
 // read-only calls of operators: Candidates, History, Namespaces), for preparing them
 // ahead.
 func (s *Statements) All() []string {
-	return append([]string{s.UpsertNow, s.UpsertAt, s.InsertLeader, s.KeepLease, s.Grant, s.Vacate, s.VacateTerm,
+	all := append([]string{s.UpsertNow, s.UpsertAt, s.InsertLeader, s.KeepLease, s.Grant, s.Vacate, s.VacateTerm,
 		s.DeleteCandidate, s.IsLeader, s.List, s.Expired, s.Prune, s.LeaderIdentity, s.InsertTerm, s.EndTerm,
 		s.EndHeld, s.PruneHistory}, s.SelectLeader[:]...)
+	for _, q := range []string{s.GrantTerm, s.RefreshGrantTerm} {
+		if q != "" {
+			all = append(all, q)
+		}
+	}
+	return all
 }
 
 // pieces are what a database's file supplies for the statements: the parts

@@ -49,6 +49,11 @@ const (
 // INSERT ... SELECT; SQLite's one-statement renewal writes no identity).
 const refreshCandidateSQL = "INSERT INTO election_candidates (namespace, candidate_id, registered_at, last_heartbeat_at, expires_at, hostname, pid, label) VALUES"
 
+// refreshGrantSQL begins the statement by which Elect, on PostgreSQL,
+// refreshes the caller's row as it takes a seat (RefreshGrantTerm): the
+// refresh of such an Elect.
+const refreshGrantSQL = "WITH r AS (" + refreshCandidateSQL
+
 // event is one line a child writes to its stdout for the parent.
 type event struct {
 	// Kind is "obs" (Lease seen by Observer), "rel" (Lease about to be
@@ -147,7 +152,7 @@ func child() error {
 	counter := &rtcount.Counter{}
 	counter.Observe = func(_ rtcount.Kind, q string) {
 		switch {
-		case strings.HasPrefix(q, refreshCandidateSQL):
+		case strings.HasPrefix(q, refreshCandidateSQL), strings.HasPrefix(q, refreshGrantSQL):
 			// A Group's heartbeat refreshes one row per namespace: each
 			// counts as that namespace's round.
 			elections.Add(int64(strings.Count(q, "), (") + 1))
