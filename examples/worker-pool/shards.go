@@ -3,7 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -30,10 +30,19 @@ func shardNamespaces(n int) []string {
 // is where a real shard owner would write. The timeline shows how many
 // shards the member leads when that changes.
 func (m *member) runShards(ctx context.Context, id uuid.UUID) error {
-	var leading atomic.Int32
-	report := func(delta int32) {
-		n := leading.Add(delta)
-		m.tl.event(id, "shards", "leads %d of %d shards", n, m.o.namespaces)
+	// The count changes and is reported under one lock: shards that stop
+	// together (at shutdown, on a handover) report from their own
+	// goroutines, and the timeline must show the counts in the order they
+	// were reached.
+	var (
+		mu      sync.Mutex
+		leading int
+	)
+	report := func(delta int) {
+		mu.Lock()
+		defer mu.Unlock()
+		leading += delta
+		m.tl.event(id, "shards", "leads %d of %d shards", leading, m.o.namespaces)
 	}
 	g, err := election.NewGroup(ctx, m.db, id, election.GroupConfig{
 		Namespaces: shardNamespaces(m.o.namespaces),
