@@ -41,15 +41,12 @@ var pgStatements = withGrantTerm(build(postgres{}))
 // of the candidate's row before them) share the statement's snapshot, and
 // the history row is written only for the row the grant returned.
 func withGrantTerm(s *Statements) *Statements {
-	grant := "g AS (UPDATE election_leaders SET leader_id = ?, term = term + 1, lease_expires_at = ?, acquired_at = ?, updated_at = ? " +
-		"WHERE namespace = ? AND term = ? RETURNING namespace, term) " +
-		"INSERT INTO election_history (namespace, term, leader_id, hostname, pid, label, acquired_at) " +
+	p := postgres{}
+	grant := "g AS (" + grantSeat + " RETURNING namespace, term) " + insertTerm +
 		"SELECT g.namespace, g.term, CAST(? AS uuid), CAST(? AS text), CAST(? AS bigint), CAST(? AS text), CAST(? AS timestamptz) FROM g " +
-		onConflictUpdate([]string{"namespace", "term"}, []string{"leader_id", "hostname", "pid", "label", "acquired_at"}) +
-		", ended_at = NULL, end_reason = NULL"
-	refresh := "r AS (" + insertCandidate + "VALUES (?, ?, ?, ?, ?, ?, ?, ?) " + onConflictUpdate(candidateKey, candidateRefresh) + "), "
-	s.GrantTerm = rebindDollar("WITH " + grant)
-	s.RefreshGrantTerm = rebindDollar("WITH " + refresh + grant)
+		termUpsert(p)
+	s.GrantTerm = p.rebind("WITH " + grant)
+	s.RefreshGrantTerm = p.rebind("WITH r AS (" + upsertAt(p) + "), " + grant)
 	return s
 }
 

@@ -157,6 +157,25 @@ var (
 	candidateRefresh = []string{"last_heartbeat_at", "expires_at", "hostname", "pid", "label"}
 )
 
+// grantSeat, insertTerm and termUpsert are the pieces Grant and InsertTerm
+// are written from, and, on PostgreSQL, GrantTerm too.
+const (
+	grantSeat  = "UPDATE election_leaders SET leader_id = ?, term = term + 1, lease_expires_at = ?, acquired_at = ?, updated_at = ? WHERE namespace = ? AND term = ?"
+	insertTerm = "INSERT INTO election_history (namespace, term, leader_id, hostname, pid, label, acquired_at) "
+)
+
+// termUpsert ends InsertTerm: a term's row written again (its grant rolled
+// back and made anew) is reopened.
+func termUpsert(p pieces) string {
+	return p.upsert([]string{"namespace", "term"}, []string{"leader_id", "hostname", "pid", "label", "acquired_at"}) +
+		", ended_at = NULL, end_reason = NULL"
+}
+
+// upsertAt is UpsertAt before its markers are rebound.
+func upsertAt(p pieces) string {
+	return insertCandidate + "VALUES (?, ?, ?, ?, ?, ?, ?, ?) " + p.upsert(candidateKey, candidateRefresh)
+}
+
 // build writes the statements of the protocol, portable SQL with the
 // database's pieces, once per dialect.
 func build(p pieces) *Statements {
@@ -167,10 +186,10 @@ func build(p pieces) *Statements {
 		// evaluates a derived table without it once per use).
 		UpsertNow: insertCandidate +
 			"SELECT ?, ?, t.n, t.n, " + p.plus("t.n") + ", ?, ?, ? FROM (SELECT " + now + " AS n LIMIT 1) t WHERE 1 = 1 " + p.upsert(candidateKey, candidateRefresh),
-		UpsertAt:        insertCandidate + "VALUES (?, ?, ?, ?, ?, ?, ?, ?) " + p.upsert(candidateKey, candidateRefresh),
+		UpsertAt:        upsertAt(p),
 		InsertLeader:    "INSERT INTO election_leaders (namespace, leader_id, term, lease_expires_at, acquired_at, updated_at) VALUES (?, ?, 1, ?, ?, ?) " + p.insertIgnore(),
 		KeepLease:       "UPDATE election_leaders SET lease_expires_at = ?, updated_at = ? WHERE namespace = ? AND leader_id = ? AND term = ?",
-		Grant:           "UPDATE election_leaders SET leader_id = ?, term = term + 1, lease_expires_at = ?, acquired_at = ?, updated_at = ? WHERE namespace = ? AND term = ?",
+		Grant:           grantSeat,
 		Vacate:          "UPDATE election_leaders SET leader_id = NULL, lease_expires_at = NULL, updated_at = " + now + " WHERE namespace = ? AND leader_id = ?",
 		VacateTerm:      "UPDATE election_leaders SET leader_id = NULL, lease_expires_at = NULL, updated_at = " + now + " WHERE namespace = ? AND leader_id = ? AND term = ?",
 		DeleteCandidate: "DELETE FROM election_candidates WHERE namespace = ? AND candidate_id = ?",
@@ -187,10 +206,8 @@ func build(p pieces) *Statements {
 			"FROM (SELECT " + now + " AS n LIMIT 1) t JOIN election_candidates c ON c.namespace = ? AND c.expires_at > t.n " +
 			"LEFT JOIN election_leaders l ON l.namespace = c.namespace AND l.leader_id = c.candidate_id AND l.lease_expires_at > t.n " +
 			"ORDER BY c.candidate_id",
-		InsertTerm: "INSERT INTO election_history (namespace, term, leader_id, hostname, pid, label, acquired_at) VALUES (?, ?, ?, ?, ?, ?, ?) " +
-			p.upsert([]string{"namespace", "term"}, []string{"leader_id", "hostname", "pid", "label", "acquired_at"}) +
-			", ended_at = NULL, end_reason = NULL",
-		EndTerm: "UPDATE election_history SET ended_at = ?, end_reason = ? WHERE namespace = ? AND term = ? AND ended_at IS NULL",
+		InsertTerm: insertTerm + "VALUES (?, ?, ?, ?, ?, ?, ?) " + termUpsert(p),
+		EndTerm:    "UPDATE election_history SET ended_at = ?, end_reason = ? WHERE namespace = ? AND term = ? AND ended_at IS NULL",
 		EndHeld: "UPDATE election_history SET ended_at = " + now + ", end_reason = ? " +
 			"WHERE namespace = ? AND leader_id = ? AND ended_at IS NULL AND term = (SELECT term FROM election_leaders WHERE namespace = ?)",
 		History:      "SELECT term, leader_id, hostname, pid, label, acquired_at, ended_at, end_reason FROM election_history WHERE namespace = ? ORDER BY term DESC LIMIT ?",
