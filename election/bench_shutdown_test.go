@@ -16,8 +16,8 @@ import (
 // BenchmarkGroupShutdown measures a Group's graceful end: from the
 // cancellation of Run, with every one of its namespaces led, until Run has
 // returned, every seat vacated (and the other candidates woken) and every
-// candidate row deleted. ns/op is that time; last-vacated-ms is the same
-// time as a metric, p50 and p99 over the iterations.
+// candidate row deleted. ns/op is that time; p50-ms and p99-ms are its
+// percentiles over the iterations.
 //
 //	go test -run '^$' -bench GroupShutdown -benchtime 10x ./election/
 func BenchmarkGroupShutdown(b *testing.B) {
