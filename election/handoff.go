@@ -136,7 +136,9 @@ func (e *Election) registerHandoff() {
 }
 
 // announceVacancy runs inside the vacating transaction: NOTIFY (delivered at
-// commit) and a wake-up of this process's Electors. Those woken early block
+// commit) and a wake-up of this process's Electors. (On PostgreSQL, Resign
+// and UnregisterCandidate notify in their one vacating statement,
+// VacateNotify, and wake this process's Electors after it.) Those woken early block
 // on the leader row (or SQLite's write lock) until the transaction ends, and
 // then see the vacant seat.
 func (e *Election) announceVacancy(ctx context.Context, conn gorm.ConnPool, leader uuid.UUID) error {

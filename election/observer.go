@@ -148,7 +148,10 @@ type Wake struct {
 	// Candidate is the woken Elector's candidate id.
 	Candidate uuid.UUID
 	// Source is "local" when the seat was vacated in this process, "notify"
-	// when a PostgreSQL notification announced it.
+	// when a notification from the database announced it. Wake-ups
+	// coalesce: on PostgreSQL a Resign or UnregisterCandidate in this
+	// process wakes the process after its commit, and the pool's listener
+	// may deliver the notification first, so its Source is "notify".
 	Source string
 }
 

@@ -411,6 +411,28 @@ const anyTerm = 0
 // can never vacate a newer term of the same candidate. With unregister it
 // also deletes id's candidate row. Vacating wakes the other candidates.
 func (e *Election) vacate(ctx context.Context, op string, id uuid.UUID, term int64, unregister bool, opts []CallOption) error {
+	reason := EndResigned
+	if unregister {
+		reason = EndUnregistered
+	}
+	if e.q.VacateNotify != "" {
+		// One statement does it all, the notification included: outside a
+		// caller's transaction, one round trip from the leader's decision
+		// to the commit that wakes the others.
+		var n int64
+		err := e.autocommit(ctx, op, opts, func(conn gorm.ConnPool, _ bool) error {
+			var err error
+			n, err = affected(conn.ExecContext(ctx, e.q.VacateNotify, e.namespace, id, term, unregister,
+				string(reason), channelFor(e.schema), handoffPayload(id, e.namespace)))
+			return err
+		})
+		if err == nil && n > 0 {
+			// announceVacancy's wake-up in this process, after the fact.
+			wakeHub(e.hubKey(), wakeLocal, id)
+		}
+		e.forget(id)
+		return err
+	}
 	// In a transaction of its own, the wake-ups that are still being sent
 	// as it ends (the MySQL family's) are waited for after the commit, so
 	// the seat's row lock is not held for them; the woken candidates then
@@ -443,10 +465,6 @@ func (e *Election) vacate(ctx context.Context, op string, id uuid.UUID, term int
 			}
 		}
 		if n > 0 {
-			reason := EndResigned
-			if unregister {
-				reason = EndUnregistered
-			}
 			if _, err := conn.ExecContext(ctx, e.q.EndHeld, string(reason), e.namespace, id, e.namespace); err != nil {
 				return err
 			}

@@ -34,7 +34,7 @@ type postgres struct {
 
 var _ Dialect = postgres{}
 
-var pgStatements = withGrantTerm(build(postgres{}))
+var pgStatements = withVacateNotify(withGrantTerm(build(postgres{})))
 
 // withGrantTerm adds GrantTerm and RefreshGrantTerm to s, PostgreSQL's
 // statements: the grant and the new term's history row (and the refresh
@@ -47,6 +47,31 @@ func withGrantTerm(s *Statements) *Statements {
 		termUpsert(p)
 	s.GrantTerm = p.rebind("WITH " + grant)
 	s.RefreshGrantTerm = p.rebind("WITH r AS (" + upsertAt(p) + "), " + grant)
+	return s
+}
+
+// pgVacateNotify is VacateNotify on PostgreSQL: the seat is cleared, the
+// candidate row deleted (when $4 says so), the term recorded as ended and
+// the notification queued in one statement, which outside a transaction
+// is one round trip where the separate statements took six with their
+// BEGIN and COMMIT. Every part shares the statement's snapshot: the
+// history row is ended, and the notification sent, only for the term the
+// update returned.
+const pgVacateNotify = `WITH v AS (
+  UPDATE election_leaders SET leader_id = NULL, lease_expires_at = NULL, updated_at = clock_timestamp()
+  WHERE namespace = $1 AND leader_id = $2 AND CAST($3 AS bigint) IN (0, term)
+  RETURNING namespace, term
+), d AS (
+  DELETE FROM election_candidates WHERE namespace = $1 AND candidate_id = $2 AND CAST($4 AS boolean)
+), h AS (
+  UPDATE election_history AS t SET ended_at = clock_timestamp(), end_reason = $5 FROM v
+  WHERE t.namespace = v.namespace AND t.term = v.term AND t.leader_id = $2 AND t.ended_at IS NULL
+)
+SELECT pg_notify($6, $7) FROM v`
+
+// withVacateNotify adds VacateNotify to s, PostgreSQL's statements.
+func withVacateNotify(s *Statements) *Statements {
+	s.VacateNotify = pgVacateNotify
 	return s
 }
 

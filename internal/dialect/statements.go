@@ -92,6 +92,15 @@ type Statements struct {
 	// where GrantTerm has one; empty elsewhere. Parameters: UpsertAt's,
 	// then GrantTerm's.
 	RefreshGrantTerm string
+	// VacateNotify is a whole vacate in one statement, where the database
+	// can run it as one (PostgreSQL); empty elsewhere: Vacate (or
+	// VacateTerm), DeleteCandidate when asked, EndHeld for the term
+	// vacated, and a notification of the vacancy, sent (at commit) only
+	// when the seat was vacated. Parameters: namespace, leader id, term (0
+	// for whatever term the leader holds), whether to delete the candidate
+	// row, end reason, channel, payload. It reports one row affected when
+	// the seat was vacated, none otherwise.
+	VacateNotify string
 	// SelectLeader, indexed by Lock, reads the leader row with that lock:
 	// namespace. It yields exactly one row: db_now, leader_id, term,
 	// lease_expires_at, acquired_at. The leader columns are NULL when the
@@ -108,7 +117,7 @@ func (s *Statements) All() []string {
 	all := append([]string{s.UpsertNow, s.UpsertAt, s.InsertLeader, s.KeepLease, s.Grant, s.Vacate, s.VacateTerm,
 		s.DeleteCandidate, s.IsLeader, s.List, s.Expired, s.Prune, s.LeaderIdentity, s.InsertTerm, s.EndTerm,
 		s.EndHeld, s.PruneHistory}, s.SelectLeader[:]...)
-	for _, q := range []string{s.GrantTerm, s.RefreshGrantTerm} {
+	for _, q := range []string{s.GrantTerm, s.RefreshGrantTerm, s.VacateNotify} {
 		if q != "" {
 			all = append(all, q)
 		}
