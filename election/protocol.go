@@ -2,6 +2,8 @@ package election
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -148,6 +150,25 @@ func (e *Election) campaign(ctx context.Context, id uuid.UUID, yield bool, opts 
 			return out, false, nil
 		}
 	}
+	// Where the database runs the locked path as one statement, a seat
+	// whose row exists is taken (or found held) in one round trip outside
+	// a caller's transaction; the transaction below remains for the rest:
+	// creating the row, a renewal without a remembered lease.
+	if e.q.TakeSeat != "" && !inCallerTx(opts) && e.seatRowSeen() {
+		took := false
+		err := e.autocommit(ctx, "Elect", opts, func(conn gorm.ConnPool, _ bool) error {
+			var err error
+			out, took, err = e.takeSeat(ctx, conn, id)
+			return err
+		})
+		if err != nil {
+			return Lease{}, false, err
+		}
+		if took {
+			e.remember(id, out)
+			return out, false, nil
+		}
+	}
 	err := e.transaction(ctx, "Elect", opts, func(conn gorm.ConnPool, _ bool) error {
 		var err error
 		out, err = e.elect(ctx, conn, id)
@@ -162,6 +183,57 @@ func (e *Election) campaign(ctx context.Context, id uuid.UUID, yield bool, opts 
 	// handoff) does not: the new leader's work starts sooner, and its
 	// renewals prune soon enough.
 	return out, false, nil
+}
+
+// takeSeat runs TakeSeat, Elect's locked path in one statement, for id. It
+// reports done with the lease after the call when the statement settled
+// it: the seat granted to id, or another candidate's live lease (id's row
+// refreshed). Otherwise (no leader row, id's own live lease, or a free seat
+// the statement did not grant because its row had moved on) nothing but
+// id's row was written, and Elect's transaction decides.
+func (e *Election) takeSeat(ctx context.Context, conn gorm.ConnPool, id uuid.UUID) (_ Lease, done bool, _ error) {
+	var (
+		now, exp, acq, granted dialect.Time
+		leader                 uuid.NullUUID
+		term, next             sql.NullInt64
+	)
+	sent := time.Now()
+	err := conn.QueryRowContext(ctx, e.q.TakeSeat, e.namespace, id, e.d.DurationArg(e.expire), !e.rowsKept.Load(),
+		e.identity.Hostname, e.identity.PID, e.identity.Label, string(EndExpired)).
+		Scan(&now, &leader, &term, &exp, &acq, &next, &granted)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Lease{}, false, nil
+	}
+	if err != nil {
+		return Lease{}, false, err
+	}
+	s := seat{now: now.Time, exists: true, term: term.Int64, expires: exp.Time, acquired: acq.Time}
+	if leader.Valid && exp.Valid {
+		s.leader = leader.UUID
+	}
+	if next.Valid {
+		mine := Lease{Namespace: e.namespace, Leader: id, Term: next.Int64, ExpiresAt: granted.Time, AcquiredAt: now.Time}
+		e.noteSeat(seat{now: now.Time, exists: true, leader: id, term: next.Int64, expires: granted.Time, acquired: now.Time}, sent)
+		e.log.Debug("election: new leader", "leader", id, "term", mine.Term, "previous", s.leader)
+		return mine, true, nil
+	}
+	e.noteSeat(s, sent)
+	if s.live() && s.leader != id {
+		return e.lease(s), true, nil
+	}
+	return Lease{}, false, nil
+}
+
+// inCallerTx reports whether opts run the call in the caller's transaction
+// (WithTx).
+func inCallerTx(opts []CallOption) bool {
+	var cc callConfig
+	for _, o := range opts {
+		if o != nil {
+			o.applyCall(&cc)
+		}
+	}
+	return cc.tx != nil
 }
 
 // electIfFree is Elect for a candidate that saw the seat free in a reading

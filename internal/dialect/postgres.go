@@ -69,10 +69,39 @@ const pgVacateNotify = `WITH v AS (
 )
 SELECT pg_notify($6, $7) FROM v`
 
-// withVacateNotify adds VacateNotify to s, PostgreSQL's statements.
+// withVacateNotify adds VacateNotify and TakeSeat to s, PostgreSQL's
+// statements.
 func withVacateNotify(s *Statements) *Statements {
 	s.VacateNotify = pgVacateNotify
+	s.TakeSeat = pgTakeSeat()
 	return s
+}
+
+// pgTakeSeat is TakeSeat on PostgreSQL: what Elect's transaction does on
+// its locked path (lock the seat, read the clock after the lock, refresh
+// the candidate's row, grant a free seat, end the lapsed term, record the
+// new one) in one statement, one round trip where the transaction took
+// four. The lock is taken in the first WITH item and the clock read in the
+// second, from its row, so after the lock was granted; the grant updates
+// the row the lock holds only while its term is still the one locked (a
+// row that changed after the statement's snapshot is re-read by the
+// update, locked by this statement, and still of that term). The other
+// items read their times from that one reading.
+func pgTakeSeat() string {
+	p := postgres{}
+	plus := "s.n + CAST($3 AS bigint) * interval '1 microsecond'"
+	id, identity := "CAST($2 AS uuid)", "CAST($5 AS text), CAST($6 AS bigint), CAST($7 AS text)"
+	return "WITH seat AS (SELECT leader_id, term, lease_expires_at, acquired_at FROM election_leaders WHERE namespace = $1 FOR UPDATE), " +
+		"s AS (SELECT clock_timestamp() AS n, leader_id, term, lease_expires_at, acquired_at FROM seat), " +
+		"g AS (UPDATE election_leaders AS t SET leader_id = " + id + ", term = t.term + 1, lease_expires_at = " + plus + ", acquired_at = s.n, updated_at = s.n " +
+		"FROM s WHERE t.namespace = $1 AND t.term = s.term AND (s.leader_id IS NULL OR s.lease_expires_at <= s.n) " +
+		"RETURNING t.term, t.lease_expires_at), " +
+		"r AS (" + insertCandidate + "SELECT $1, " + id + ", s.n, s.n, " + plus + ", " + identity + " FROM s WHERE CAST($4 AS boolean) " +
+		p.upsert(candidateKey, candidateRefresh) + "), " +
+		"h AS (" + insertTerm + "SELECT $1, g.term, " + id + ", " + identity + ", s.n FROM g, s " + termUpsert(p) + "), " +
+		"x AS (UPDATE election_history AS o SET ended_at = s.lease_expires_at, end_reason = $8 FROM s, g " +
+		"WHERE o.namespace = $1 AND o.term = s.term AND s.leader_id IS NOT NULL AND o.ended_at IS NULL) " +
+		"SELECT s.n, s.leader_id, s.term, s.lease_expires_at, s.acquired_at, g.term, g.lease_expires_at FROM s LEFT JOIN g ON true"
 }
 
 func (postgres) Name() string { return "postgres" }

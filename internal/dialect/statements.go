@@ -101,6 +101,19 @@ type Statements struct {
 	// row, end reason, channel, payload. It reports one row affected when
 	// the seat was vacated, none otherwise.
 	VacateNotify string
+	// TakeSeat is Elect's locked path in one statement, where the database
+	// can run it as one (PostgreSQL); empty elsewhere. It locks the leader
+	// row, reads the clock after the lock, refreshes the candidate row
+	// (when the bound flag says so) and, when the seat is vacant or its
+	// lease has expired, grants it in the next term, ends the lapsed term
+	// in the history as expired and records the new one. Parameters:
+	// namespace, candidate id, expiry window (a duration), whether to
+	// refresh the candidate row, hostname, pid, label, the end reason of a
+	// lapsed term. It yields no row when the namespace has no leader row,
+	// else one: db_now, then the seat as locked (leader_id, term,
+	// lease_expires_at, acquired_at), then the new term and its lease's
+	// end, both NULL when nothing was granted.
+	TakeSeat string
 	// SelectLeader, indexed by Lock, reads the leader row with that lock:
 	// namespace. It yields exactly one row: db_now, leader_id, term,
 	// lease_expires_at, acquired_at. The leader columns are NULL when the
@@ -117,7 +130,7 @@ func (s *Statements) All() []string {
 	all := append([]string{s.UpsertNow, s.UpsertAt, s.InsertLeader, s.KeepLease, s.Grant, s.Vacate, s.VacateTerm,
 		s.DeleteCandidate, s.IsLeader, s.List, s.Expired, s.Prune, s.LeaderIdentity, s.InsertTerm, s.EndTerm,
 		s.EndHeld, s.PruneHistory}, s.SelectLeader[:]...)
-	for _, q := range []string{s.GrantTerm, s.RefreshGrantTerm, s.VacateNotify} {
+	for _, q := range []string{s.GrantTerm, s.RefreshGrantTerm, s.VacateNotify, s.TakeSeat} {
 		if q != "" {
 			all = append(all, q)
 		}

@@ -54,6 +54,11 @@ const refreshCandidateSQL = "INSERT INTO election_candidates (namespace, candida
 // refresh of such an Elect.
 const refreshGrantSQL = "WITH r AS (" + refreshCandidateSQL
 
+// takeSeatSQL begins the statement by which Elect, on PostgreSQL, takes
+// its locked path in one statement (TakeSeat), refreshing the caller's row
+// unless a Group's rounds keep it.
+const takeSeatSQL = "WITH seat AS ("
+
 // event is one line a child writes to its stdout for the parent.
 type event struct {
 	// Kind is "obs" (Lease seen by Observer), "rel" (Lease about to be
@@ -145,9 +150,10 @@ func child() error {
 	defer stop()
 
 	// Count election rounds that reach the database: every Elect makes
-	// exactly one of two statements, the refresh of its candidate row with
-	// the times it read from the database clock (on the locked path and on
-	// a follower's unlocked one), or the leader's one-statement renewal.
+	// one of three statements, the refresh of its candidate row with the
+	// times it read from the database clock (on the locked path and on a
+	// follower's unlocked one), PostgreSQL's one-statement locked path, or
+	// the leader's one-statement renewal.
 	var elections atomic.Int64
 	counter := &rtcount.Counter{}
 	counter.Observe = func(_ rtcount.Kind, q string) {
@@ -156,6 +162,11 @@ func child() error {
 			// A Group's heartbeat refreshes one row per namespace: each
 			// counts as that namespace's round.
 			elections.Add(int64(strings.Count(q, "), (") + 1))
+		case strings.HasPrefix(q, takeSeatSQL):
+			// A Group's attempts are not rounds: its rounds count below.
+			if !c.group {
+				elections.Add(1)
+			}
 		case c.group:
 			// On PostgreSQL a Group's round is one statement, its
 			// heartbeat included: each namespace counts one round. Elsewhere
