@@ -29,7 +29,9 @@ import (
 //   - Across processes, on SQLite on Linux: the vacating transaction appends
 //     the same payload to a file beside the database, and the pool's
 //     listener, told of the change by inotify, wakes the hub it names. The
-//     line is written before commit; those woken wait for the write lock.
+//     line is written after the commit of a transaction the library began
+//     (those woken find the write lock free), before the commit of a
+//     caller's (those woken wait for the write lock).
 //   - Across processes, on MySQL, MariaDB and TiDB: the vacating
 //     transaction interrupts each pool's listener (a connection waiting in
 //     SELECT SLEEP) with KILL QUERY; the interruption carries no payload, so

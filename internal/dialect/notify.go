@@ -54,7 +54,9 @@ type notifyWaitsKey struct{}
 // DeferNotifyWaits returns a context under which Notify may leave part of
 // its work to finish after the transaction (the KILLs of the MySQL family,
 // sent from other goroutines, which Notify otherwise waits to see sent
-// before it returns, holding the transaction's locks), and a function that
+// before it returns, holding the transaction's locks; SQLite's line in the
+// notification file, which would otherwise wake candidates while the
+// transaction still holds the write lock), and a function that does or
 // waits for that work. A caller that begins and ends the transaction itself
 // calls wait once it has ended, before it reports the notification sent;
 // one running in a caller's transaction must not use it.

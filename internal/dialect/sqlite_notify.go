@@ -25,11 +25,15 @@ import (
 // Linux; elsewhere Listen returns ErrCannotListen and candidates wait for
 // their tick) and reads the lines appended since it last looked.
 //
-// The line is written inside the vacating transaction, before it commits,
-// as a local wake-up is. A candidate woken by it takes the database's write
-// lock to elect, so it waits (SQLite's busy timeout) until that transaction
-// ends and then sees the vacant seat; after a rollback it finds the seat
-// held and has spent one round. Lines are hints: a listener that finds the
+// In a caller's transaction the line is written inside it, before it
+// commits, as a local wake-up is. A candidate woken by it takes the
+// database's write lock to elect, so it waits (SQLite's busy timeout, whose
+// sleeps grow from 1 ms to 100 ms) until that transaction ends and then sees
+// the vacant seat; after a rollback it finds the seat held and has spent
+// one round. In a transaction the library began (DeferNotifyWaits), the
+// line is written once that transaction has ended instead, so that those
+// woken find the write lock free rather than sleeping in the busy handler.
+// Lines are hints: a listener that finds the
 // file shorter than where it had read (Notify truncates it past
 // handoffFileMax) passes an empty payload, meaning "any namespace".
 
@@ -65,7 +69,10 @@ func (sqlite) Notify(ctx context.Context, conn gorm.ConnPool, channel, payload s
 	// write, a file another user created) must not undo the transaction
 	// that vacates the seat: it is dropped, and candidates in other
 	// processes find the vacancy at their tick.
-	_ = appendHandoff(path+handoffSuffix, fileMode(path), handoffLine(channel, payload))
+	write := func() { _ = appendHandoff(path+handoffSuffix, fileMode(path), handoffLine(channel, payload)) }
+	if !deferNotifyWait(ctx, write) {
+		write()
+	}
 	return nil
 }
 

@@ -195,3 +195,48 @@ func TestSQLiteNotifyFileUnwritable(t *testing.T) {
 		t.Errorf("Listen with an unwritable file: %v, want ErrCannotListen", err)
 	}
 }
+
+// TestSQLiteNotifyDeferred: under DeferNotifyWaits, Notify leaves its line
+// for the caller to write once its transaction has ended, so that those it
+// wakes find the write lock free; without it the line is written at once.
+func TestSQLiteNotifyDeferred(t *testing.T) {
+	n := sqliteNotifier(t)
+	if runtime.GOOS != "linux" {
+		t.Skip("file-change notifications are used on Linux only")
+	}
+	path := filepath.Join(t.TempDir(), "e.db")
+	db, err := sql.Open("sqlite3", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	size := func() int {
+		b, err := os.ReadFile(path + "-sqlelect-handoff")
+		if errors.Is(err, os.ErrNotExist) {
+			return 0
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Count(string(b), "\n")
+	}
+	if err := n.Notify(ctx, db, "ch", "at once"); err != nil {
+		t.Fatal(err)
+	}
+	if got := size(); got != 1 {
+		t.Fatalf("%d lines after a plain Notify, want 1", got)
+	}
+	dctx, write := dialect.DeferNotifyWaits(ctx)
+	if err := n.Notify(dctx, db, "ch", "later"); err != nil {
+		t.Fatal(err)
+	}
+	if got := size(); got != 1 {
+		t.Fatalf("%d lines after a deferred Notify, before the caller's wait; want 1", got)
+	}
+	write()
+	if got := size(); got != 2 {
+		t.Fatalf("%d lines after the caller's wait, want 2", got)
+	}
+}
