@@ -524,12 +524,8 @@ func TestHandoffFromProtocolCalls(t *testing.T) {
 					t.Fatalf("%s: %v", c.name, err)
 				}
 				won, _ := b.waitRound(c.name+": B's winning round", from, func(rr roundReport) bool { return rr.lease.HeldBy(b.el.ID()) })
-				// Where the vacating statement notifies (PostgreSQL), the
-				// wake-up in process follows the commit, and the pool's own
-				// listener may deliver the notification first: either is
-				// a wake-up.
-				notifyFirst := e.q.VacateNotify != "" && won.cause == causeWakeNotify
-				if won.cause != c.want && !notifyFirst {
+				inProcess := c.want == causeWakeLocal && wokenInProcess(e, won.cause)
+				if won.cause != c.want && !inProcess {
 					t.Errorf("%s: B won in a %s round, want %s", c.name, won.cause, c.want)
 				}
 			}

@@ -177,17 +177,22 @@ func wokenSuccessor(t *testing.T, b *recorder, prev event) event {
 	t.Helper()
 	stB, _ := b.waitLeading(0)
 	won, _ := b.waitRound("B's winning round", 0, func(rr roundReport) bool { return rr.lease.HeldBy(b.el.ID()) })
-	// Where the vacating statement notifies (PostgreSQL), the wake-up in
-	// process follows its commit, and the pool's listener may deliver the
-	// notification first: either is a wake-up.
-	notifyFirst := b.el.e.q.VacateNotify != "" && won.cause == causeWakeNotify
-	if won.cause != causeWakeLocal && !notifyFirst {
+	if !wokenInProcess(b.el.e, won.cause) {
 		t.Errorf("B won in a %s round, want a wake-up", won.cause)
 	}
 	if stB.lease.Term != prev.lease.Term+1 {
 		t.Errorf("B's term %d, want %d", stB.lease.Term, prev.lease.Term+1)
 	}
 	return stB
+}
+
+// wokenInProcess reports whether a round's cause is the wake-up of a
+// vacate in this process: a local one or, where the vacating statement
+// notifies itself (PostgreSQL's VacateNotify), the notification, which the
+// pool's own listener may deliver before the local wake-up that follows
+// the commit.
+func wokenInProcess(e *Election, cause roundCause) bool {
+	return cause == causeWakeLocal || (e.q.VacateNotify != "" && cause == causeWakeNotify)
 }
 
 func (r *recorder) waitLeading(from int) (event, int) {

@@ -212,13 +212,11 @@ func (e *Election) takeSeat(ctx context.Context, conn gorm.ConnPool, id uuid.UUI
 		s.leader = leader.UUID
 	}
 	if next.Valid {
-		mine := Lease{Namespace: e.namespace, Leader: id, Term: next.Int64, ExpiresAt: granted.Time, AcquiredAt: now.Time}
-		e.noteSeat(seat{now: now.Time, exists: true, leader: id, term: next.Int64, expires: granted.Time, acquired: now.Time}, sent)
-		e.log.Debug("election: new leader", "leader", id, "term", mine.Term, "previous", s.leader)
-		return mine, true, nil
+		e.log.Debug("election: new leader", "leader", id, "term", next.Int64, "previous", s.leader)
+		s.leader, s.term, s.expires, s.acquired = id, next.Int64, granted.Time, now.Time
 	}
 	e.noteSeat(s, sent)
-	if s.live() && s.leader != id {
+	if next.Valid || (s.live() && s.leader != id) {
 		return e.lease(s), true, nil
 	}
 	return Lease{}, false, nil
