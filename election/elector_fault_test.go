@@ -524,7 +524,7 @@ func TestHandoffFromProtocolCalls(t *testing.T) {
 					t.Fatalf("%s: %v", c.name, err)
 				}
 				won, _ := b.waitRound(c.name+": B's winning round", from, func(rr roundReport) bool { return rr.lease.HeldBy(b.el.ID()) })
-				inProcess := c.want == causeWakeLocal && wokenInProcess(e, won.cause)
+				inProcess := c.want == causeWakeLocal && wokenInProcess(t, b.el, won.cause)
 				if won.cause != c.want && !inProcess {
 					t.Errorf("%s: B won in a %s round, want %s", c.name, won.cause, c.want)
 				}
