@@ -37,6 +37,7 @@ func TestElectorFailoverAtLeaseEdge(t *testing.T) {
 	for _, tg := range testdb.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
 			db := testdb.Open(t, tg)
+			testdb.Raw(t, db).SetMaxOpenConns(2) // no listener: see TestElectorEdgeFindsRenewedLease
 			ns := testdb.Namespace(t)
 			s := &seq{}
 			cfg := ElectorConfig{Interval: time.Second}
