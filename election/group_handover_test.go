@@ -23,11 +23,13 @@ func TestGroupHandOverTermGuarded(t *testing.T) {
 	ctx := electorCtx(t)
 	ns := "handover"
 	release := make(chan struct{})
+	started := make(chan Lease, 4)
 	stopped := make(chan struct{}, 1)
 	g, err := NewGroup(ctx, db, uuid.New(), GroupConfig{
 		Namespaces: []string{ns},
 		Interval:   100 * time.Millisecond,
 		OnStartedLeading: func(ctx context.Context, l Lease) {
+			started <- l
 			<-ctx.Done()
 			if l.Term == 1 {
 				stopped <- struct{}{}
@@ -46,19 +48,31 @@ func TestGroupHandOverTermGuarded(t *testing.T) {
 		<-done
 	}()
 	deadline := time.Now().Add(waitLimit)
-	for !g.IsLeader(ns) {
-		if time.Now().After(deadline) {
-			t.Fatal("the Group never led")
-		}
-		time.Sleep(5 * time.Millisecond)
+	// Hand over once the work runs: a leadership that ends before its
+	// OnStartedLeading began never calls it.
+	var first Lease
+	select {
+	case first = <-started:
+	case <-time.After(waitLimit):
+		t.Fatal("the Group never led")
 	}
-	first, _ := g.Lease(ns)
+	if first.Term != 1 {
+		t.Fatalf("the Group first led in term %d, want 1", first.Term)
+	}
 
 	g.mu.Lock()
 	m := g.members[ns]
+	if m.cur == nil || m.cur.lease.Term != first.Term {
+		g.unlock()
+		t.Fatalf("the Group no longer leads in term %d before the hand-over", first.Term)
+	}
 	g.handOverLocked(m)
 	g.unlock()
-	<-stopped
+	select {
+	case <-stopped:
+	case <-time.After(waitLimit):
+		t.Fatal("the work of the handed-over term never saw its context end")
+	}
 	// Rounds and wakes while the work runs: well past the two intervals'
 	// pause, within the lease (2 s) the Group still holds in the database.
 	until := time.Now().Add(1200 * time.Millisecond)
