@@ -321,7 +321,7 @@ func (h *Handler) ReadState(ctx context.Context) (State, error) {
 		if err != nil {
 			return State{}, err
 		}
-		if nss, err = e.Namespaces(ctx); err != nil {
+		if nss, err = e.ListNamespaces(ctx); err != nil {
 			return State{}, err
 		}
 	}

@@ -212,15 +212,15 @@ func (e *Election) History(ctx context.Context, limit int, opts ...CallOption) (
 	return out, nil
 }
 
-// Namespaces lists the namespaces found in the Election's tables, sorted:
+// ListNamespaces lists the namespaces found in the Election's tables, sorted:
 // every namespace with a leader row (held or vacant), a candidate row (live
 // or expired and not yet pruned) or a term in the history. It is the
 // operator's view of the whole database (or schema, with WithSchema); the
 // Election's own namespace is listed only when it has rows. The slice is
 // empty, not nil, when there are none.
-func (e *Election) Namespaces(ctx context.Context, opts ...CallOption) ([]string, error) {
+func (e *Election) ListNamespaces(ctx context.Context, opts ...CallOption) ([]string, error) {
 	out := []string{}
-	err := e.autocommit(ctx, "Namespaces", opts, func(conn gorm.ConnPool, _ bool) error {
+	err := e.autocommit(ctx, "ListNamespaces", opts, func(conn gorm.ConnPool, _ bool) error {
 		out = out[:0]
 		rows, err := conn.QueryContext(ctx, e.q.Namespaces)
 		if err != nil {

@@ -419,17 +419,17 @@ func TestVacateSeatStopsElector(t *testing.T) {
 	})
 }
 
-// TestNamespaces: Namespaces lists, sorted, each namespace with a candidate
+// TestListNamespaces: ListNamespaces lists, sorted, each namespace with a candidate
 // row or a leader row, whatever namespace the Election is bound to, and not
 // a namespace nobody joined.
-func TestNamespaces(t *testing.T) {
+func TestListNamespaces(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, db *gorm.DB) {
 		ctx := testCtx(t)
 		base := testdb.Namespace(t)
 		led, joined, unused := base+".b-led", base+".a-joined", base+".c-unused"
 		mustElect(t, mustElection(t, db, led), uuid.New())
 		must(t, "RegisterCandidate", mustElection(t, db, joined).RegisterCandidate(ctx, uuid.New()))
-		got, err := mustElection(t, db, unused).Namespaces(ctx)
+		got, err := mustElection(t, db, unused).ListNamespaces(ctx)
 		must(t, "Namespaces", err)
 		var ours []string
 		for i, ns := range got {

@@ -375,7 +375,7 @@ func (e env) namespaces(ctx context.Context, db *gorm.DB, c *common, args []stri
 	}
 	cctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	return el.Namespaces(cctx)
+	return el.ListNamespaces(cctx)
 }
 
 func (e env) readStatus(ctx context.Context, db *gorm.DB, c *common, ns string) (statusRow, error) {
