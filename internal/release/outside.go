@@ -85,7 +85,26 @@ func outside(r repo, o outsideOptions, stdout io.Writer) error {
 	}
 	modcache := o.ModCache
 	if modcache == "" {
-		modcache = filepath.Join(tmp, "modcache")
+		// Empty, at a path that stays the same from run to run: the build
+		// cache keys cgo packages (mattn/go-sqlite3) by their directory,
+		// and a new path would compile SQLite again each time.
+		base, err := os.UserCacheDir()
+		if err != nil {
+			return err
+		}
+		dir := filepath.Join(base, "sqlelect-release")
+		unlock, err := lockDir(dir, 15*time.Minute)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+		modcache = filepath.Join(dir, "modcache")
+		if err := os.RemoveAll(modcache); err != nil {
+			return err
+		}
+		if !o.Keep {
+			defer os.RemoveAll(modcache)
+		}
 	}
 	env := withEnv(os.Environ(), map[string]string{
 		"GOPROXY":    proxyURL(proxyDir) + "," + fallback,
@@ -109,9 +128,11 @@ func outside(r repo, o outsideOptions, stdout io.Writer) error {
 		return err
 	}
 
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
 	goCmd := func(args ...string) error {
 		start := time.Now()
-		cmd := exec.Command("go", args...)
+		cmd := exec.CommandContext(ctx, "go", args...)
 		cmd.Dir, cmd.Env = work, env
 		out, err := cmd.CombinedOutput()
 		fmt.Fprintf(stdout, "$ go %s (%v)\n", strings.Join(args, " "), time.Since(start).Round(time.Millisecond))
@@ -143,13 +164,13 @@ func outside(r repo, o outsideOptions, stdout io.Writer) error {
 	if runtime.GOOS == "windows" {
 		exe += ".exe"
 	}
-	if err := goCmd("build", "-o", exe, "."); err != nil {
+	if err := goCmd("build", "-trimpath", "-o", exe, "."); err != nil {
 		return err
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(work, exe))
+	rctx, rcancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer rcancel()
+	cmd := exec.CommandContext(rctx, filepath.Join(work, exe))
 	cmd.Dir = work
 	var out bytes.Buffer
 	cmd.Stdout = io.MultiWriter(&out, stdout)
@@ -220,6 +241,34 @@ func withEnv(env []string, set map[string]string) []string {
 		out = append(out, k+"="+v)
 	}
 	return out
+}
+
+// lockDir takes the lock of dir, a file that another run holds for at
+// most stale, and returns its release.
+func lockDir(dir string, stale time.Duration) (func(), error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	name := filepath.Join(dir, "lock")
+	for try := 0; ; try++ {
+		f, err := os.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err == nil {
+			fmt.Fprintf(f, "%d\n", os.Getpid())
+			f.Close()
+			return func() { os.Remove(name) }, nil
+		}
+		if !os.IsExist(err) {
+			return nil, err
+		}
+		fi, err := os.Stat(name)
+		if err != nil {
+			return nil, err
+		}
+		if time.Since(fi.ModTime()) < stale || try > 0 {
+			return nil, fmt.Errorf("another run holds %s (since %v): wait for it, or remove the file if none runs", name, fi.ModTime().Format(time.RFC3339))
+		}
+		os.Remove(name) // left behind by a run that was killed
+	}
 }
 
 // inside reports whether path is root or below it, symbolic links
