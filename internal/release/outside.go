@@ -121,11 +121,9 @@ func outside(r repo, o outsideOptions, stdout io.Writer) error {
 	if err := os.MkdirAll(work, 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(work, "go.mod"), []byte("module example.com/outside\n\ngo 1.23\n"), 0o644); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(work, "main.go"), outsideMain, 0o644); err != nil {
-		return err
+	newModule := func() error {
+		os.Remove(filepath.Join(work, "go.sum"))
+		return os.WriteFile(filepath.Join(work, "go.mod"), []byte("module example.com/outside\n\ngo 1.23\n"), 0o644)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -138,14 +136,50 @@ func outside(r repo, o outsideOptions, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "$ go %s (%v)\n", strings.Join(args, " "), time.Since(start).Round(time.Millisecond))
 		sc := bufio.NewScanner(bytes.NewReader(out))
 		for sc.Scan() {
-			if err != nil || !strings.HasPrefix(sc.Text(), "go: downloading ") {
-				fmt.Fprintf(stdout, "\t%s\n", sc.Text())
+			line := sc.Text()
+			noise := strings.HasPrefix(line, "go: downloading ") ||
+				strings.HasPrefix(line, "go: added ") && !strings.Contains(line, corePath)
+			if err != nil || !noise {
+				fmt.Fprintf(stdout, "\t%s\n", line)
 			}
 		}
 		if err != nil {
 			return fmt.Errorf("go %s in the scratch module: %v", strings.Join(args, " "), err)
 		}
 		return nil
+	}
+	// Each nested module alone first, as `go get .../prometheus` would add
+	// it: the core then comes only through the module's own requirement
+	// (getting them together, the highest requirement would hide a lower
+	// one that does not exist).
+	for _, m := range mods {
+		if m.Path == corePath {
+			continue
+		}
+		if err := newModule(); err != nil {
+			return err
+		}
+		if err := goCmd("get", m.Path+"@"+m.Version); err != nil {
+			return err
+		}
+		cmd := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Version}}", corePath)
+		cmd.Dir, cmd.Env = work, env
+		out, err := cmd.Output()
+		if err != nil {
+			return fmt.Errorf("go list -m %s after go get %s: %v", corePath, m.Path, err)
+		}
+		if got := strings.TrimSpace(string(out)); got != o.Version {
+			return fmt.Errorf("go get %s@%s alone selects %s %s, want %s", m.Path, m.Version, corePath, got, o.Version)
+		}
+		fmt.Fprintf(stdout, "\t%s@%s alone brings %s %s\n", m.Path, m.Version, corePath, o.Version)
+	}
+
+	// Then all of them, and the program that imports each.
+	if err := newModule(); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(work, "main.go"), outsideMain, 0o644); err != nil {
+		return err
 	}
 	get := []string{"get"}
 	for _, m := range mods {
