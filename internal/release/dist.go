@@ -290,6 +290,6 @@ func checkVersionCommand(bin, version string, stdout io.Writer) error {
 // containsWord reports whether s contains w, not as part of a longer
 // version or word.
 func containsWord(s, w string) bool {
-	re := regexp.MustCompile(`(^|[^0-9A-Za-z._+-])` + regexp.QuoteMeta(w) + `($|[^0-9A-Za-z_+-]|\.($|[^0-9A-Za-z]))`)
+	re := regexp.MustCompile(`(^|[^0-9A-Za-z._+-])` + regexp.QuoteMeta(w) + `($|[^0-9A-Za-z._+-]|\.($|[^0-9A-Za-z]))`)
 	return re.MatchString(s)
 }

@@ -21,6 +21,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -43,13 +44,24 @@ const usage = `usage: go -C internal/release run . <command> [flags]
 func main() {
 	if err := run(os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "release:", err)
+		var u usageError
+		if errors.As(err, &u) {
+			fmt.Fprint(os.Stderr, usage)
+			os.Exit(2)
+		}
 		os.Exit(1)
 	}
 }
 
+// usageError is a command line that names no command or lacks what it
+// needs.
+type usageError string
+
+func (u usageError) Error() string { return string(u) }
+
 func run(args []string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("no command\n" + usage)
+		return usageError("no command")
 	}
 	wd, err := os.Getwd()
 	if err != nil {
@@ -69,7 +81,7 @@ func run(args []string, stdout io.Writer) error {
 	keep := fs.Bool("keep", false, "keep the scratch module and the proxy")
 	date := fs.String("date", time.Now().UTC().Format("2006-01-02"), "the release date in CHANGELOG.md")
 	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%s: %v\n%s", cmd, err, usage)
+		return usageError(fmt.Sprintf("%s: %v", cmd, err))
 	}
 	args = fs.Args()
 	abs := func(p string) string {
@@ -80,13 +92,13 @@ func run(args []string, stdout io.Writer) error {
 	}
 	needVersion := func() error {
 		if *version == "" {
-			return fmt.Errorf("%s needs -version\n%s", cmd, usage)
+			return usageError(cmd + " needs -version")
 		}
 		return nil
 	}
 	oneArg := func() error {
 		if len(args) != 1 {
-			return fmt.Errorf("%s needs one directory\n%s", cmd, usage)
+			return usageError(cmd + " needs one directory")
 		}
 		return nil
 	}
@@ -101,7 +113,7 @@ func run(args []string, stdout io.Writer) error {
 		return nil
 	case "prepare":
 		if len(args) != 1 {
-			return fmt.Errorf("prepare needs the version\n%s", usage)
+			return usageError("prepare needs the version")
 		}
 		d, err := time.Parse("2006-01-02", *date)
 		if err != nil {
@@ -154,7 +166,7 @@ func run(args []string, stdout io.Writer) error {
 		}
 		return reproduce(r, *version, abs(args[0]), stdout)
 	}
-	return fmt.Errorf("unknown command %q\n%s", cmd, usage)
+	return usageError(fmt.Sprintf("unknown command %q", cmd))
 }
 
 // check runs checkModules on the working tree and returns the version the
@@ -170,21 +182,10 @@ func check(r repo) (string, error) {
 	}
 	v, problems := checkModules(mods, changelog)
 	if len(problems) > 0 {
-		return "", errors.New(joinLines(problems))
+		return "", errors.New(strings.Join(problems, "\n"))
 	}
 	if v == "" {
 		return "", errors.New("no nested module requires " + corePath)
 	}
 	return v, nil
-}
-
-func joinLines(lines []string) string {
-	s := ""
-	for i, l := range lines {
-		if i > 0 {
-			s += "\n"
-		}
-		s += l
-	}
-	return s
 }
