@@ -90,7 +90,7 @@ func outside(r repo, o outsideOptions, stdout io.Writer) error {
 		// and a new path would compile SQLite again each time.
 		base, err := os.UserCacheDir()
 		if err != nil {
-			return err
+			base = os.TempDir()
 		}
 		dir := filepath.Join(base, "sqlelect-release")
 		unlock, err := lockDir(dir, 15*time.Minute)
