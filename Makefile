@@ -2,7 +2,7 @@
 # the database-backed parts against PostgreSQL and MySQL/MariaDB too.
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: test test-modules nocgo lint bench bench-core bench-tidb bench-scale test-tidb fuzz tidy-check ci
+.PHONY: test test-modules nocgo lint bench bench-core bench-tidb bench-scale test-tidb fuzz tidy-check ci release release-check release-modules
 
 # Nested modules with their own go.mod (not covered by ./... at the root).
 MODULES = prometheus gocron otel
@@ -64,8 +64,45 @@ fuzz:
 
 tidy-check:
 	go mod tidy
-	for m in $(MODULES); do (cd $$m && go mod tidy) || exit 1; done
-	git diff --exit-code go.mod go.sum $(addsuffix /go.mod,$(MODULES)) $(addsuffix /go.sum,$(MODULES))
+	for m in $(MODULES) internal/release; do (cd $$m && go mod tidy) || exit 1; done
+	git diff --exit-code go.mod go.sum $(addsuffix /go.mod,$(MODULES) internal/release) $(addsuffix /go.sum,$(MODULES) internal/release)
+
+# Releases: docs/releasing.md. VERSION names and stamps the binaries; by
+# default git describe's name for the checkout (the nearest core tag and
+# the commits since, or the commit).
+VERSION ?= $(shell git describe --tags --match 'v[0-9]*' --always --dirty 2>/dev/null || echo dev)
+PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64 windows/arm64
+DIST ?= dist
+RELEASE = go -C internal/release run .
+
+# The sqlelect command for every platform in DIST: static (no cgo), the
+# version stamped, paths trimmed, named sqlelect_<version>_<os>_<arch>[.exe],
+# with SHA256SUMS beside them.
+release:
+	mkdir -p $(DIST)
+	rm -f $(DIST)/sqlelect_* $(DIST)/SHA256SUMS
+	for p in $(PLATFORMS); do \
+	  os=$${p%/*}; arch=$${p#*/}; ext=; if [ $$os = windows ]; then ext=.exe; fi; \
+	  out=$(DIST)/sqlelect_$(VERSION)_$${os}_$${arch}$$ext; echo "$$out"; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch GOAMD64=v1 GOARM64=v8.0 go build -trimpath -buildvcs=auto \
+	    -ldflags "-s -w -X main.version=$(VERSION)" -o $$out ./cmd/sqlelect || exit 1; \
+	done
+	$(RELEASE) sums $(abspath $(DIST))
+
+# make release, then check it: every file and its sum, each binary's format,
+# architecture and build settings, `sqlelect version` (once the command has
+# it), and the same bytes built again from a fresh clone at another path.
+release-check: release
+	$(RELEASE) dist -version $(VERSION) $(abspath $(DIST))
+	$(RELEASE) reproduce -version $(VERSION) $(abspath $(DIST))
+
+# The modules: the nested modules require the version a release tags, and a
+# scratch module outside the repository, with no replace and no workspace,
+# gets and runs every module at that version through a file module proxy
+# made from HEAD.
+release-modules:
+	$(RELEASE) check
+	$(RELEASE) outside
 
 ci:
 	bash .ci/run

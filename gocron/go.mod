@@ -5,7 +5,7 @@ go 1.23
 require (
 	github.com/go-co-op/gocron/v2 v2.16.1
 	github.com/google/uuid v1.6.0
-	github.com/sqlelect/sqlelect v0.0.0
+	github.com/sqlelect/sqlelect v0.1.0
 	gorm.io/gorm v1.31.0
 )
 

@@ -4,7 +4,7 @@ go 1.23
 
 require (
 	github.com/google/uuid v1.6.0
-	github.com/sqlelect/sqlelect v0.0.0
+	github.com/sqlelect/sqlelect v0.1.0
 )
 
 require github.com/kylelemons/godebug v1.1.0 // indirect
