@@ -128,16 +128,24 @@ func TestLeaderRenewalNeverWaitsOnFollowers(t *testing.T) {
 			must(t, "the leader's session id", testdb.Raw(t, leaderDB).QueryRowContext(ctx, idQuery).Scan(&session))
 			leaderE := mustElection(t, leaderDB, ns, election.WithExpire(2*time.Second))
 			leader := uuid.New()
+			// The followers' pools are opened first, so that the leader's
+			// first renewal comes well inside its lease after its grant.
+			const followers = 16
+			var els []*election.Elector
+			for i := 0; i < followers; i++ {
+				e := mustElection(t, testdb.Open(t, tg), ns, election.WithExpire(2*time.Second))
+				el, err := e.NewElector(uuid.New(), election.ElectorConfig{Interval: 20 * time.Millisecond})
+				must(t, "NewElector", err)
+				els = append(els, el)
+			}
 			if l, err := leaderE.Elect(ctx, leader); err != nil || !l.HeldBy(leader) {
 				t.Fatalf("leader's Elect: %+v, %v", l, err)
 			}
 
 			var wg sync.WaitGroup
-			const followers = 16
-			for i := 0; i < followers; i++ {
-				e := mustElection(t, testdb.Open(t, tg), ns, election.WithExpire(2*time.Second))
-				el, err := e.NewElector(uuid.New(), election.ElectorConfig{Interval: 20 * time.Millisecond})
-				must(t, "NewElector", err)
+			defer wg.Wait()
+			defer cancel() // before waiting for the followers, should the test fail
+			for _, el := range els {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
@@ -146,7 +154,6 @@ func TestLeaderRenewalNeverWaitsOnFollowers(t *testing.T) {
 					}
 				}()
 			}
-			defer wg.Wait()
 
 			var samples, waits atomic.Int64
 			sampled := make(chan struct{})
