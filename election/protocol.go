@@ -69,11 +69,12 @@ func (e *Election) Elect(ctx context.Context, id uuid.UUID, opts ...CallOption) 
 
 // campaign is Elect. With yield, a candidate whose renewal failed because
 // its own term was vacated by someone else (an operator's VacateSeat, an
-// UnregisterCandidate of its id) does not take the vacant seat back in the
-// same call: it refreshes its row, returns the vacant lease and reports
-// yielded, so that its Elector can leave the seat to the other candidates
-// for an interval. Elect itself never yields: the protocol gives a vacant
-// seat to the caller.
+// UnregisterCandidate of its id) does not take the seat back in the same
+// call, whether it is still vacant or another candidate took it since: it
+// refreshes its row, returns the seat as read and reports yielded, so that
+// its Elector can leave the seat to the other candidates for an interval
+// (whyLost tells a vacate from a lapse). Elect itself never yields: the
+// protocol gives a vacant seat to the caller.
 func (e *Election) campaign(ctx context.Context, id uuid.UUID, yield bool, opts []CallOption) (_ Lease, yielded bool, _ error) {
 	if id == uuid.Nil {
 		return Lease{}, false, fmt.Errorf("%w: Elect", ErrInvalidCandidate)
@@ -95,7 +96,7 @@ func (e *Election) campaign(ctx context.Context, id uuid.UUID, yield bool, opts 
 		}
 		if renewed {
 			e.remember(id, out)
-			e.maybePrune(ctx, opts)
+			e.maybePrune(ctx, opts, []string{e.namespace})
 			return out, false, nil
 		}
 		e.forget(id)
@@ -103,17 +104,17 @@ func (e *Election) campaign(ctx context.Context, id uuid.UUID, yield bool, opts 
 			vacated := false
 			err := e.autocommit(ctx, "Elect", opts, func(conn gorm.ConnPool, _ bool) error {
 				s, err := e.readSeat(ctx, conn, dialect.NoLock)
-				if err != nil || s.leader != uuid.Nil || s.term != prev.Term {
+				if err != nil || whyLost(s, id, prev) != whyVacated {
 					return err
 				}
-				vacated = true
+				vacated, out = true, e.lease(s)
 				return e.refreshAt(ctx, conn, id, s.now)
 			})
 			if err != nil {
 				return Lease{}, false, err
 			}
 			if vacated {
-				return Lease{Namespace: e.namespace}, true, nil
+				return out, true, nil
 			}
 		}
 	}
@@ -179,7 +180,7 @@ func (e *Election) campaign(ctx context.Context, id uuid.UUID, yield bool, opts 
 	}
 	e.remember(id, out)
 	// The leader prunes on its one-statement renewals (above), at most
-	// every half expiry window. A grant (a first one, a takeover, a
+	// every two expiry windows. A grant (a first one, a takeover, a
 	// handoff) does not: the new leader's work starts sooner, and its
 	// renewals prune soon enough.
 	return out, false, nil
@@ -591,69 +592,4 @@ func (e *Election) Guard(ctx context.Context, lease Lease, opts ...CallOption) e
 		}
 		return nil
 	})
-}
-
-// Prune deletes the rows of candidates that expired more than one expiry
-// window ago, and the terms of the history that ended longer ago than the
-// history retention (WithHistoryRetention, default 30 days), and returns
-// how many rows it deleted. Elect runs it now and then on behalf of the
-// leader, after a renewal, never inside one; call it directly from
-// maintenance jobs if you like.
-func (e *Election) Prune(ctx context.Context, opts ...CallOption) (int, error) {
-	var n int
-	err := e.autocommit(ctx, "Prune", opts, func(conn gorm.ConnPool, _ bool) error {
-		n = 0
-		rows, err := conn.QueryContext(ctx, e.q.Expired, e.namespace, e.d.DurationArg(-e.expire))
-		if err != nil {
-			return err
-		}
-		var ids []uuid.UUID
-		for rows.Next() {
-			var id uuid.UUID
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return err
-			}
-			ids = append(ids, id)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		// One row at a time, by primary key: no range locks, and a
-		// candidate that came back since the SELECT is kept.
-		for _, id := range ids {
-			m, err := affected(conn.ExecContext(ctx, e.q.Prune, e.namespace, id, e.d.DurationArg(-e.expire)))
-			if err != nil {
-				return err
-			}
-			n += int(m)
-		}
-		m, err := affected(conn.ExecContext(ctx, e.q.PruneHistory, e.namespace, e.d.DurationArg(-e.retention)))
-		n += int(m)
-		return err
-	})
-	return n, err
-}
-
-// maybePrune prunes at most every half expiry window, outside the caller's
-// transaction only.
-func (e *Election) maybePrune(ctx context.Context, opts []CallOption) {
-	if len(opts) > 0 {
-		return
-	}
-	e.mu.Lock()
-	due := e.lastPrune.IsZero() || time.Since(e.lastPrune) >= e.expire/2
-	if due {
-		e.lastPrune = time.Now()
-	}
-	e.mu.Unlock()
-	if !due {
-		return
-	}
-	if n, err := e.Prune(ctx); err != nil {
-		e.log.Warn("election: pruning expired candidates and old history failed", "err", err)
-	} else if n > 0 {
-		e.log.Debug("election: pruned expired candidates and old history", "count", n)
-	}
 }

@@ -1,0 +1,101 @@
+package election
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+
+	"github.com/sqlelect/sqlelect/internal/dialect"
+)
+
+// Prune deletes the rows of candidates that expired more than one expiry
+// window ago, and the terms of the history that ended longer ago than the
+// history retention (WithHistoryRetention, default 30 days), and returns
+// how many rows it deleted. A leader runs it now and then, every two
+// expiry windows, after a renewal, never inside one (an Elector for its
+// namespace, a Group for all it leads); call it directly from maintenance
+// jobs if you like.
+func (e *Election) Prune(ctx context.Context, opts ...CallOption) (int, error) {
+	return e.prune(ctx, opts, []string{e.namespace})
+}
+
+// prune is Prune in namespaces nss: two statements whatever their number,
+// and one more per expired row, each deleted by its key, so that a
+// candidate that came back since the reading is kept.
+func (e *Election) prune(ctx context.Context, opts []CallOption, nss []string) (int, error) {
+	var n int
+	err := e.autocommit(ctx, "Prune", opts, func(conn gorm.ConnPool, _ bool) error {
+		n = 0
+		args := append(anyArgs(nss), e.d.DurationArg(-e.expire))
+		rows, err := conn.QueryContext(ctx, dialect.BatchExpired(e.d, len(nss)), args...)
+		if err != nil {
+			return err
+		}
+		type key struct {
+			ns string
+			id uuid.UUID
+		}
+		var expired []key
+		for rows.Next() {
+			var k key
+			if err := rows.Scan(&k.ns, &k.id); err != nil {
+				rows.Close()
+				return err
+			}
+			expired = append(expired, k)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, k := range expired {
+			m, err := affected(conn.ExecContext(ctx, e.q.Prune, k.ns, k.id, e.d.DurationArg(-e.expire)))
+			if err != nil {
+				return err
+			}
+			n += int(m)
+		}
+		args[len(args)-1] = e.d.DurationArg(-e.retention)
+		m, err := affected(conn.ExecContext(ctx, dialect.BatchPruneHistory(e.d, len(nss)), args...))
+		n += int(m)
+		return err
+	})
+	return n, err
+}
+
+// pruneEvery is how often a leader prunes: a row is pruned once expired
+// for a window anyway, and a round is a statement or three, which a prune
+// each time would more than double.
+func (e *Election) pruneEvery() time.Duration { return 2 * e.expire }
+
+// maybePrune prunes nss (those e's candidate leads) at most every
+// pruneEvery, the first time pruneEvery after it was first asked, never
+// in the caller's transaction; failures are logged.
+func (e *Election) maybePrune(ctx context.Context, opts []CallOption, nss []string) {
+	if len(opts) > 0 || len(nss) == 0 {
+		return
+	}
+	e.mu.Lock()
+	if e.lastPrune.IsZero() {
+		e.lastPrune = time.Now()
+	}
+	due := time.Since(e.lastPrune) >= e.pruneEvery()
+	if due {
+		e.lastPrune = time.Now()
+	}
+	e.mu.Unlock()
+	if !due {
+		return
+	}
+	nss = slices.Sorted(slices.Values(nss))
+	if n, err := e.prune(ctx, nil, nss); err != nil {
+		if ctx.Err() == nil {
+			e.log.Warn("election: pruning expired candidates and old history failed", "err", err)
+		}
+	} else if n > 0 {
+		e.log.Debug("election: pruned expired candidates and old history", "count", n)
+	}
+}
