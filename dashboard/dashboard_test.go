@@ -216,7 +216,7 @@ func TestResign(t *testing.T) {
 		ns := testdb.Namespace(t)
 		a := elector(t, db, ns, "alpha")
 		waitUntil(t, "leader", a.IsLeader)
-		lease := a.Lease()
+		lease := a.Observed()
 		post := func(srv *httptest.Server, headers map[string]string, term int64) int {
 			t.Helper()
 			body := fmt.Sprintf(`{"namespace":%q,"leader":%q,"term":%d}`, ns, a.ID(), term)
@@ -269,7 +269,7 @@ func TestResign(t *testing.T) {
 		if code := post(srv, map[string]string{"Sec-Fetch-Site": "same-origin", "X-CSRF-Token": token}, lease.Term+1); code != http.StatusConflict {
 			t.Errorf("a term not begun: %d, want 409", code)
 		}
-		if l := a.Lease(); l.Term != lease.Term {
+		if l := a.Observed(); l.Term != lease.Term {
 			t.Fatalf("a refused request changed the term: %+v", l)
 		}
 		// Same origin by Origin, then by Sec-Fetch-Site alone.
@@ -337,7 +337,7 @@ func TestBrowser(t *testing.T) {
 		beta := elector(t, db, ns, "beta")
 		p := elector(t, db, plain, "gamma")
 		waitUntil(t, "leader", p.IsLeader)
-		term := a.Lease().Term
+		term := a.Observed().Term
 		h, err := dashboard.New(db, dashboard.WithNamespaces(ns, plain), dashboard.WithRefresh(200*time.Millisecond), dashboard.WithResign(),
 			dashboard.WithLogger(quiet))
 		if err != nil {
@@ -386,7 +386,7 @@ func TestBrowser(t *testing.T) {
 		// after Runtime.evaluate returns: the confirmation dialog blocks
 		// the page until it is answered.
 		waitUntil(t, "beta leads", beta.IsLeader)
-		bl := beta.Lease()
+		bl := beta.Observed()
 		b.waitEval(t, 5*time.Second, "beta's term on the card",
 			`(() => { const c = `+card+`; return !!c && c.querySelector(".leader .term").textContent === "term `+strconv.FormatInt(bl.Term, 10)+`"; })()`)
 		b.eval(t, `(() => { const c = `+card+`; setTimeout(() => c.querySelector("button.resign").click(), 0); return true; })()`, new(bool))

@@ -154,6 +154,51 @@
 //     ErrInvalidNamespace, ErrInvalidOption, ErrNotMigrated, ...) and changes
 //     nothing.
 //
+// # The engine: Electors and Groups
+//
+// Two drivers run the election loop for a candidate: an Elector in one
+// namespace (one Elect per round), a Group in many (one batch round for
+// all of them, plus attempts on the seats it finds free). Each drives, per
+// namespace, the same state machine (engine.go), which alone decides what
+// a round's result means. Its states:
+//
+//   - following: not leading. It tries to take the seat when a reading
+//     shows it free, at the end of another candidate's lease (the lease's
+//     remaining time by the database clock, on the local monotonic clock:
+//     crash failover one lease after the last renewal), and when a handoff
+//     wake-up says the seat was vacated.
+//   - leading: a grant started it, and every renewal extends the trust
+//     window to the start of the round that renewed plus Expire() minus
+//     SafetyMargin (monotonic clock). A watchdog ends it when the window
+//     passes without a renewal (StopSteppedDown); a result naming another
+//     leader ends it (StopLost), as does one showing that another process
+//     vacated its term (StopVacated, then sitting out). A grant or renewal
+//     that leaves less trust than one renewal period is renewed at once, so
+//     a late answer does not cost a step-down. Its leader work runs while
+//     it leads, one at a time per namespace, and the seat is never vacated
+//     while it runs.
+//   - sitting out: for one Interval after another process vacated its term
+//     (an operator), however the Elector or Group learnt it (told at once,
+//     its renewal failing, or finding another candidate in a newer term):
+//     rounds heartbeat and read, and no handoff shortens it; after its own
+//     Resign (or a Group's balancing) likewise, but another candidate's
+//     handoff ends it (that candidate has held the seat since).
+//   - giving up: Resign, or a Group handing a namespace over. It has
+//     stopped leading; once its work has returned and no call that may
+//     grant the seat is in flight, it vacates its term, then sits out.
+//     Called from the leader's work itself, the give-up returns at once and
+//     finishes once the work has returned.
+//   - closed: Run returned, or a Group left the namespace. It never leads
+//     again; once the work has returned it vacates whatever term it holds
+//     and deletes its candidate row.
+//
+// A leader renews by its lease, every Expire()/3 (or Interval, when
+// longer); a follower polls every Interval. Both drivers offer the same
+// callbacks (OnStartedLeading, OnStoppedLeading, OnNewLeader), the same
+// HealthCheck, the same Observer calls, made in order and outside every
+// lock of the library's, and the same stop reasons, each given where the
+// decision is made.
+//
 // # Use
 //
 // Open the database with session.Open (or check a handle with New), run
@@ -168,7 +213,7 @@
 //	e.UnregisterCandidate(ctx, id) // on shutdown
 //
 // or let an Elector run that loop, with callbacks when leadership starts
-// and stops.
+// and stops, or a Group in many namespaces at once.
 //
 // # Where things are
 //
@@ -179,14 +224,17 @@
 //   - options.go: the options of New (Option) and of the calls (CallOption,
 //     WithTx), and the namespace rules.
 //   - errors.go: the sentinel errors.
-//   - protocol.go: the calls, RegisterCandidate to Prune, one transaction
+//   - protocol.go: the calls, RegisterCandidate to Guard, one transaction
 //     or statement each. Their SQL is not here: internal/dialect writes
 //     every statement, once per database (dialect.Statements).
+//   - prune.go: Prune, and the leader's prune every two expiry windows.
+//   - clock.go: the database clock (Now), and the monotonic clock the
+//     engine runs on, which tests stub.
 //   - identity.go: who a candidate is (Identity, WithLabel), written with
 //     every candidate row.
 //   - history.go: the history of terms (written by the grants and ends in
 //     protocol.go), the operators' read calls (Candidates, LeaderInfo,
-//     History) and VacateSeat.
+//     History, ListNamespaces) and VacateSeat, VacateLease.
 //   - retry.go: where a call runs (the caller's transaction, statements of
 //     their own, or a transaction of its own), retries of transient
 //     conflicts, and how errors become the sentinels.
@@ -195,13 +243,26 @@
 //   - stmtcache.go: statements kept prepared where compiling costs more
 //     than running (SQLite).
 //   - handoff.go: waking candidates when the seat is vacated (in process,
-//     and LISTEN/NOTIFY), and the hooks that run in the vacating
-//     transaction.
-//   - elector.go: the Elector loop, its trust window, the follower's try at
-//     the end of the leader's lease, and its callbacks, whose leader work
-//     the seat is never vacated under.
+//     and through the database's notifications), and the hooks that run in
+//     the vacating transaction.
+//   - watch.go: WatchVacancies, the vacated seats for tools.
+//   - engine.go: the state machine of one namespace (above): leadership,
+//     trust window and watchdog, the lease's edge, sitting out, the leader
+//     work, give-ups and vacates after the work.
+//   - engine_work.go: the lock a driver's machines share and the observer
+//     calls run after it, the callbacks' dispatcher, the counters of work
+//     and calls in flight.
+//   - rounds.go: what both drivers share: settings and their rules, the
+//     round loop, its causes, jitter and backoff.
 //   - backoff.go: the jittered backoff of every retry loop.
-//   - observer.go: what Electors report to an Observer (WithObserver), and
-//     ErrorClass, the label of an error in metrics.
-//   - health.go: HealthCheck, the liveness check of an Elector for probes.
+//   - elector.go: the Elector, driving one machine with one Elect a round.
+//   - group.go: the Group, its namespaces (Join, Leave, Resign) and Run.
+//   - group_round.go: the Group's batch round, prune and shutdown.
+//   - group_attempt.go: the Group's attempts on free seats beside its
+//     rounds, and balancing.
+//   - observer.go: what Electors and Groups report to an Observer
+//     (WithObserver), the stop reasons, and ErrorClass, the label of an
+//     error in metrics.
+//   - health.go: HealthCheck, the liveness check of an Elector or a Group
+//     for probes.
 package election

@@ -56,7 +56,7 @@ func TestElectorFailoverAtLeaseEdge(t *testing.T) {
 				from := old.rounds.len()
 				crashed.Store(true)
 				old.waitRound("the old leader's first failed call", from, func(rr roundReport) bool { return rr.err != nil })
-				last := old.el.Lease()
+				last := old.el.Observed()
 				won, _ := next.waitRound("the take-over", 0, func(rr roundReport) bool {
 					return rr.err == nil && rr.lease.HeldBy(next.el.ID()) && rr.lease.Term > oldTerm
 				})
@@ -167,47 +167,70 @@ func TestElectorEdgeFindsRenewedLease(t *testing.T) {
 	}
 }
 
-// TestEdgeWaitOncePerLease: a follower tries at most edgeTries times at the
+// TestEdgeOncePerLease: a follower tries at most edgeTries times at the
 // end of a given lease; if the database still shows that lease live (its
 // clock decides), it then waits for its tick, and it does not wait for an
-// edge later than its tick.
-func TestEdgeWaitOncePerLease(t *testing.T) {
+// edge later than its tick. The machine is the same for an Elector and a
+// Group: it asks its driver for the try with a timer of the edge's length.
+func TestEdgeOncePerLease(t *testing.T) {
 	db := testdb.Open(t, testdb.Target{Name: "sqlite"})
 	e := newTestElection(t, db, "edge-once", 2*time.Second)
 	el, err := e.NewElector(uuid.New(), ElectorConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	clock := newFakeClock()
+	el.useClock(clock)
+	m := el.m
 	other := uuid.New()
-	tick := 600 * time.Millisecond
-	set := func(expires time.Time, left time.Duration) {
-		el.last = Lease{Namespace: "edge-once", Leader: other, Term: 3, ExpiresAt: expires}
-		e.seen = seatHint{leader: other, ends: time.Now().Add(left)}
+	// edge shows the machine a reading of other's lease with left to
+	// run, and returns the wait of the try it schedules, if any.
+	edge := func(l Lease, left time.Duration) (time.Duration, bool) {
+		t.Helper()
+		e.seen = seatHint{read: true, leader: l.Leader, ends: time.Now().Add(left)}
+		el.box.lock()
+		defer el.box.unlock()
+		before := m.edge
+		m.edgeLocked(l, clock.Now())
+		if m.edge == before {
+			return 0, false
+		}
+		return clock.last(), true
 	}
 	exp := time.Date(2026, 1, 1, 0, 0, 2, 0, time.UTC)
-	set(exp, 100*time.Millisecond)
-	if d, ok := el.edgeWait(tick); !ok || d <= 0 || d > 100*time.Millisecond+edgeMargin {
-		t.Errorf("lease ending in 100 ms: edgeWait = %v, %v; want about 100 ms", d, ok)
+	lease := func(expires time.Time) Lease {
+		return Lease{Namespace: "edge-once", Leader: other, Term: 3, ExpiresAt: expires}
 	}
-	set(exp, 3*time.Millisecond) // read again, still live by the database clock
-	if d, ok := el.edgeWait(tick); !ok || d > 3*time.Millisecond+edgeMargin {
-		t.Errorf("the same lease, 3 ms left: edgeWait = %v, %v; want a second try", d, ok)
+	if d, ok := edge(lease(exp), 100*time.Millisecond); !ok || d <= 0 || d > 100*time.Millisecond+edgeMargin {
+		t.Errorf("lease ending in 100 ms: edge = %v, %v; want about 100 ms", d, ok)
 	}
-	set(exp, -5*time.Millisecond) // and again
-	if d, ok := el.edgeWait(tick); ok {
-		t.Errorf("the same lease a third time: edgeWait = %v, want the tick", d)
+	if d, ok := edge(lease(exp), 3*time.Millisecond); !ok || d > 3*time.Millisecond+edgeMargin {
+		t.Errorf("the same lease, 3 ms left: edge = %v, %v; want a second try", d, ok)
 	}
-	set(exp.Add(time.Second), 2*time.Second) // renewed
-	if d, ok := el.edgeWait(tick); ok {
-		t.Errorf("a lease ending after the tick: edgeWait = %v, want the tick", d)
+	if d, ok := edge(lease(exp), -5*time.Millisecond); ok {
+		t.Errorf("the same lease a third time: edge = %v, want the tick", d)
 	}
-	set(exp.Add(2*time.Second), -time.Millisecond) // renewed, already over
-	if d, ok := el.edgeWait(tick); !ok || d < 0 || d > edgeMargin {
-		t.Errorf("a lease that has just ended: edgeWait = %v, %v; want at once", d, ok)
+	if d, ok := edge(lease(exp.Add(time.Second)), 2*time.Second); ok {
+		t.Errorf("a lease ending after the tick: edge = %v, want the tick", d)
 	}
-	el.last = Lease{Namespace: "edge-once", Leader: el.ID(), Term: 4, ExpiresAt: exp.Add(3 * time.Second)}
-	e.seen = seatHint{leader: el.ID(), ends: time.Now().Add(10 * time.Millisecond)}
-	if d, ok := el.edgeWait(tick); ok {
-		t.Errorf("its own lease: edgeWait = %v, want the tick", d)
+	if d, ok := edge(lease(exp.Add(2*time.Second)), -time.Millisecond); !ok || d < 0 || d > edgeMargin {
+		t.Errorf("a lease that has just ended: edge = %v, %v; want at once", d, ok)
+	}
+	own := Lease{Namespace: "edge-once", Leader: el.ID(), Term: 4, ExpiresAt: exp.Add(3 * time.Second)}
+	if d, ok := edge(own, 10*time.Millisecond); ok {
+		t.Errorf("its own lease: edge = %v, want the tick", d)
+	}
+	// The try fires the driver's signal; an Elector makes it an edge round.
+	el.box.lock()
+	m.edgeLocked(lease(exp.Add(4*time.Second)), clock.Now())
+	el.box.unlock()
+	clock.Advance(time.Second)
+	select {
+	case <-el.kick:
+		if c, _ := el.signaled(); c != causeEdge {
+			t.Errorf("the edge's signal called for a %s round, want edge", c)
+		}
+	default:
+		t.Error("the edge's timer fired no signal")
 	}
 }

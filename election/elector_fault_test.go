@@ -235,7 +235,7 @@ func TestFaultNoTwoLeaders(t *testing.T) {
 				st, _ := all.wait(t, "a leader", 0, func(ev tagged) bool {
 					return ev.kind == "started" && recs[ev.who].el.IsLeader()
 				})
-				old, oldTerm := st.who, recs[st.who].el.Lease().Term
+				old, oldTerm := st.who, recs[st.who].el.Observed().Term
 				from := all.len()
 				if f%2 == 0 {
 					links[old].cut()
@@ -355,7 +355,7 @@ func TestHandoffAcrossPools(t *testing.T) {
 					t.Fatal("B's hub is not listening")
 				}
 			}
-			lastA := a.el.Lease()
+			lastA := a.el.Observed()
 			mustStop(t, runA)
 			stB, _ := b.waitLeading(0)
 			won, _ := b.waitRound("B's winning round", 0, func(rr roundReport) bool { return rr.lease.HeldBy(b.el.ID()) })

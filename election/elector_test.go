@@ -367,8 +367,8 @@ func TestNewElectorValidation(t *testing.T) {
 	if el.ID() != id {
 		t.Errorf("ID() = %v, want %v", el.ID(), id)
 	}
-	if el.IsLeader() || !el.Lease().Vacant() {
-		t.Errorf("a new Elector leads (%v) or saw a lease (%+v)", el.IsLeader(), el.Lease())
+	if el.IsLeader() || !el.Observed().Vacant() {
+		t.Errorf("a new Elector leads (%v) or saw a lease (%+v)", el.IsLeader(), el.Observed())
 	}
 
 	if _, err := e.NewElector(uuid.Nil, ElectorConfig{}); !errors.Is(err, ErrInvalidCandidate) {
@@ -435,8 +435,11 @@ func TestElectorLifecycle(t *testing.T) {
 			if !st.isLeader || !r.el.IsLeader() {
 				t.Errorf("IsLeader false while leading")
 			}
-			if got := r.el.Lease(); got.Term != st.lease.Term || !got.HeldBy(r.el.ID()) {
-				t.Errorf("Lease() = %+v, want the lease of term %d", got, st.lease.Term)
+			if got, ok := r.el.Lease(); !ok || got.Term != st.lease.Term || !got.HeldBy(r.el.ID()) {
+				t.Errorf("Lease() = %+v, %v, want the lease of term %d", got, ok, st.lease.Term)
+			}
+			if got := r.el.Observed(); got.Term != st.lease.Term || !got.HeldBy(r.el.ID()) {
+				t.Errorf("Observed() = %+v, want the lease of term %d", got, st.lease.Term)
 			}
 			ids, err := e.ListCandidates(electorCtx(t))
 			if err != nil || len(ids) != 1 || ids[0] != r.el.ID() {
@@ -500,7 +503,7 @@ func TestElectorHandoff(t *testing.T) {
 			if b.el.IsLeader() {
 				t.Fatal("B leads while A does")
 			}
-			lastA := a.el.Lease()
+			lastA := a.el.Observed()
 			mustStop(t, runA)
 			stopA, _ := a.waitEvent("A's OnStoppedLeading", 0, func(ev event) bool { return ev.kind == "stopped" })
 
@@ -582,7 +585,7 @@ func TestElectorResign(t *testing.T) {
 				// Rounds before Resign was carried out are all reported by now.
 				from := a.rounds.len()
 				next, i := a.waitRound("the round after Resign", from, func(roundReport) bool { return true })
-				if next.cause != causeAfterResign || next.lease.HeldBy(a.el.ID()) || next.leading {
+				if next.cause != causeSitOut || next.lease.HeldBy(a.el.ID()) || next.leading {
 					t.Errorf("first round after Resign: %s round, lease %+v, err %v; want an observation, not an election",
 						next.cause, next.lease, next.err)
 				}
@@ -681,12 +684,12 @@ func TestElectorRetries(t *testing.T) {
 	}
 	// The backoff grows, and stays within the interval.
 	for f := 1; f < 10; f++ {
-		if w := r.el.retryWait(f); w <= 0 || w > r.el.cfg.Interval*6/5 {
+		if w := r.el.t.retryWait(f); w <= 0 || w > r.el.cfg.Interval*6/5 {
 			t.Errorf("retryWait(%d) = %v", f, w)
 		}
 	}
-	if r.el.retryWait(1) >= r.el.retryWait(4) {
-		t.Errorf("retryWait does not grow: %v then %v", r.el.retryWait(1), r.el.retryWait(4))
+	if r.el.t.retryWait(1) >= r.el.t.retryWait(4) {
+		t.Errorf("retryWait does not grow: %v then %v", r.el.t.retryWait(1), r.el.t.retryWait(4))
 	}
 }
 
@@ -759,9 +762,9 @@ func TestResignIgnoresWakeInVain(t *testing.T) {
 				t.Fatalf("Resign: %v", err)
 			}
 			from := a.rounds.len()
-			a.el.wake <- wakeNotify
+			a.el.signal(signal{kind: sigWakeAny, src: wakeNotify})
 			next, _ := a.waitRound("the round after the wake-up", from, func(roundReport) bool { return true })
-			if next.cause != causeAfterResign || next.lease.HeldBy(a.el.ID()) {
+			if next.cause != causeSitOut || next.lease.HeldBy(a.el.ID()) {
 				t.Fatalf("after a wake-up in vain: a %s round, lease %+v; want the skipped tick's observation", next.cause, next.lease)
 			}
 

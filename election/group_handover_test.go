@@ -60,14 +60,14 @@ func TestGroupHandOverTermGuarded(t *testing.T) {
 		t.Fatalf("the Group first led in term %d, want 1", first.Term)
 	}
 
-	g.mu.Lock()
+	g.box.lock()
 	m := g.members[ns]
-	if m.cur == nil || m.cur.lease.Term != first.Term {
-		g.unlock()
+	if m.m.cur == nil || m.m.cur.lease.Term != first.Term {
+		g.box.unlock()
 		t.Fatalf("the Group no longer leads in term %d before the hand-over", first.Term)
 	}
 	g.handOverLocked(m)
-	g.unlock()
+	g.box.unlock()
 	select {
 	case <-stopped:
 	case <-time.After(waitLimit):
@@ -78,7 +78,7 @@ func TestGroupHandOverTermGuarded(t *testing.T) {
 	until := time.Now().Add(1200 * time.Millisecond)
 	for time.Now().Before(until) {
 		g.kickRound()
-		g.wake(m, wakeLocal)
+		g.wake(m, signal{kind: sigWake, src: wakeLocal})
 		if l, ok := g.Lease(ns); ok {
 			t.Fatalf("the Group leads again (term %d) while the work of the term it handed over runs", l.Term)
 		}

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,19 +20,31 @@ import (
 )
 
 // roundProbe sends the round-trip count each time the Group reports a
-// round's outcome in one namespace: once per round.
+// round's outcome in one namespace: once per round. The prunes, which run
+// between rounds every two expiry windows, are counted apart.
 type roundProbe struct {
 	election.NopObserver
 	ns      string
 	outcome election.Outcome
 	c       *rtcount.Counter
-	snaps   chan rtcount.Counts
+	pruned  atomic.Int64
+	snaps   chan roundSnap
+}
+
+type roundSnap struct {
+	counts rtcount.Counts
+	pruned int64
+}
+
+// roundTrips returns the round trips from s to later, prunes left out.
+func (later roundSnap) since(s roundSnap) int64 {
+	return later.counts.Sub(s.counts).Total() - (later.pruned - s.pruned)
 }
 
 func (o *roundProbe) Attempt(a election.Attempt) {
 	if a.Namespace == o.ns && a.Outcome == o.outcome {
 		select {
-		case o.snaps <- o.c.Snapshot():
+		case o.snaps <- roundSnap{counts: o.c.Snapshot(), pruned: o.pruned.Load()}:
 		default:
 		}
 	}
@@ -41,11 +54,19 @@ func (o *roundProbe) Attempt(a election.Attempt) {
 // same database, for a second pool.
 func openCountedDSN(tb testing.TB, tg testdb.Target) (*gorm.DB, *rtcount.Counter, string) {
 	tb.Helper()
+	c := &rtcount.Counter{}
+	db, dsn := openCountedWith(tb, tg, c)
+	return db, c, dsn
+}
+
+// openCountedWith is openCountedDSN with a counter of the caller's (whose
+// Observe is set).
+func openCountedWith(tb testing.TB, tg testdb.Target, c *rtcount.Counter) (*gorm.DB, string) {
+	tb.Helper()
 	dsn := tg.DSN
 	if tg.Name == "sqlite" {
 		dsn = "sqlite:" + filepath.Join(tb.TempDir(), "grouprt.db")
 	}
-	c := &rtcount.Counter{}
 	db, err := session.OpenWrapped(dsn, c.Wrap)
 	if err != nil {
 		tb.Fatalf("opening %s: %v", tg.Name, err)
@@ -57,7 +78,24 @@ func openCountedDSN(tb testing.TB, tg testdb.Target) (*gorm.DB, *rtcount.Counter
 		tb.Fatalf("migrate.Up on %s: %v", tg.Name, err)
 	}
 	testdb.Raw(tb, db).SetMaxOpenConns(1)
-	return db, c, dsn
+	return db, dsn
+}
+
+// isPrune reports whether query is one of the statements a leader prunes
+// with, every two expiry windows, after a round and never in it.
+func isPrune(query string) bool {
+	for _, p := range []string{
+		"SELECT namespace, candidate_id FROM election_candidates WHERE",
+		"SELECT candidate_id FROM election_candidates WHERE namespace = ? AND expires_at <",
+		"SELECT candidate_id FROM election_candidates WHERE namespace = $1 AND expires_at <",
+		"DELETE FROM election_candidates WHERE namespace = ",
+		"DELETE FROM election_history WHERE",
+	} {
+		if strings.HasPrefix(query, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // groupRoundTrips runs a Group on a counted pool of one connection in n
@@ -68,8 +106,15 @@ func openCountedDSN(tb testing.TB, tg testdb.Target) (*gorm.DB, *rtcount.Counter
 // them all before the count begins.
 func groupRoundTrips(t *testing.T, tg testdb.Target, n int, cfg election.GroupConfig, outcome election.Outcome, follow bool) int64 {
 	t.Helper()
-	db, c, dsn := openCountedDSN(t, tg)
+	probe := &roundProbe{outcome: outcome, c: &rtcount.Counter{}, snaps: make(chan roundSnap, 100)}
+	probe.c.Observe = func(_ rtcount.Kind, q string) {
+		if isPrune(q) {
+			probe.pruned.Add(1)
+		}
+	}
+	db, dsn := openCountedWith(t, tg, probe.c)
 	nss := groupNamespaces(t, n)
+	probe.ns = nss[0]
 	ready := func(g *election.Group) bool { return len(g.Leading()) == n }
 	if follow {
 		leader := runGroup(t, testdb.OpenDSN(t, dsn), uuid.New(), election.GroupConfig{Namespaces: nss, Interval: cfg.Interval})
@@ -77,9 +122,10 @@ func groupRoundTrips(t *testing.T, tg testdb.Target, n int, cfg election.GroupCo
 		ready = func(g *election.Group) bool { return len(g.Leading()) == 0 && len(leader.g.Leading()) == n }
 		defer func() { must(t, "the leader's Run", leader.stop()) }()
 	}
-	probe := &roundProbe{ns: nss[0], outcome: outcome, c: c, snaps: make(chan rtcount.Counts, 100)}
 	cfg.Namespaces = nss
-	g, err := election.NewGroup(testCtx(t), db, uuid.New(), cfg, election.WithLogger(quiet), election.WithObserver(probe))
+	// A leader renews every third of its expiry window: 1.5 s here.
+	g, err := election.NewGroup(testCtx(t), db, uuid.New(), cfg, election.WithLogger(quiet), election.WithObserver(probe),
+		election.WithExpire(1500*time.Millisecond))
 	must(t, "NewGroup", err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -92,20 +138,20 @@ func groupRoundTrips(t *testing.T, tg testdb.Target, n int, cfg election.GroupCo
 	for len(probe.snaps) > 0 {
 		<-probe.snaps
 	}
-	next := func() rtcount.Counts {
+	next := func() roundSnap {
 		select {
 		case s := <-probe.snaps:
 			return s
 		case <-time.After(30 * time.Second):
 			t.Fatalf("no round reported %s", outcome)
-			return rtcount.Counts{}
+			return roundSnap{}
 		}
 	}
 	prev := next()
 	var most int64
 	for range 5 {
 		s := next()
-		most = max(most, s.Sub(prev).Total())
+		most = max(most, s.since(prev))
 		prev = s
 	}
 	if !ready(g) {

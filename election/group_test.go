@@ -15,7 +15,6 @@ import (
 
 	"github.com/sqlelect/sqlelect/election"
 	"github.com/sqlelect/sqlelect/electiontest"
-	"github.com/sqlelect/sqlelect/internal/rtcount"
 	"github.com/sqlelect/sqlelect/internal/testdb"
 	"github.com/sqlelect/sqlelect/models"
 )
@@ -299,24 +298,6 @@ func TestGroupBalance(t *testing.T) {
 	})
 }
 
-// roundSnapshots sends the round-trip count each time the Group reports a
-// renewal of one namespace: once per round.
-type roundSnapshots struct {
-	election.NopObserver
-	ns    string
-	c     *rtcount.Counter
-	snaps chan rtcount.Counts
-}
-
-func (o *roundSnapshots) Attempt(a election.Attempt) {
-	if a.Namespace == o.ns && a.Outcome == election.OutcomeRenewed {
-		select {
-		case o.snaps <- o.c.Snapshot():
-		default:
-		}
-	}
-}
-
 // TestGroupRoundTrips: a Group leading every one of its namespaces makes
 // the same number of round trips per round with 4 namespaces as with 64:
 // one renewal of every lease, one reading of every seat, one heartbeat of
@@ -332,46 +313,10 @@ func TestGroupRoundTrips(t *testing.T) {
 			}
 			perRound := map[int]int64{}
 			for _, n := range []int{4, 64} {
-				db, c := openCounted(t, tg)
-				nss := groupNamespaces(t, n)
-				obs := &roundSnapshots{ns: nss[0], c: c, snaps: make(chan rtcount.Counts, 100)}
-				g, err := election.NewGroup(testCtx(t), db, uuid.New(), election.GroupConfig{Namespaces: nss, Interval: 50 * time.Millisecond},
-					election.WithLogger(quiet), election.WithObserver(obs))
-				must(t, "NewGroup", err)
-				ctx, cancel := context.WithCancel(context.Background())
-				done := make(chan error, 1)
-				go func() { done <- g.Run(ctx) }()
-				next := func() rtcount.Counts {
-					select {
-					case s := <-obs.snaps:
-						return s
-					case <-time.After(30 * time.Second):
-						t.Fatal("no renewal round")
-						return rtcount.Counts{}
-					}
+				most := groupRoundTrips(t, tg, n, election.GroupConfig{Interval: 50 * time.Millisecond}, election.OutcomeRenewed, false)
+				if most > maxGroupRoundTrips {
+					t.Errorf("%d namespaces: a round made %d round trips, want at most %d", n, most, maxGroupRoundTrips)
 				}
-				// The attempts on the free seats run beside the rounds:
-				// count once every seat is won.
-				waitUntil(t, 30*time.Second, "the Group leads every namespace", func() bool { return len(g.Leading()) == n })
-				for len(obs.snaps) > 0 {
-					<-obs.snaps
-				}
-				prev := next()
-				var most int64
-				for range 5 {
-					s := next()
-					d := s.Sub(prev)
-					if d.Total() > maxGroupRoundTrips {
-						t.Errorf("%d namespaces: a round made %d round trips (%v), want at most %d", n, d.Total(), d, maxGroupRoundTrips)
-					}
-					most = max(most, d.Total())
-					prev = s
-				}
-				if got := len(g.Leading()); got != n {
-					t.Errorf("%d namespaces: leading %d", n, got)
-				}
-				cancel()
-				must(t, "Run", <-done)
 				perRound[n] = most
 			}
 			if perRound[4] != perRound[64] {

@@ -101,7 +101,7 @@ func TestGroupWakeAnyRunsOneRound(t *testing.T) {
 			}
 
 			before := c.Snapshot()
-			k := g.members[nss[0]].e.hubKey()
+			k := g.members[nss[0]].m.e.hubKey()
 			wakeAll(listenKey{pool: k.pool, schema: k.schema})
 			select {
 			case <-probe.rounds:

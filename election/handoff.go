@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -181,27 +182,31 @@ func wakeHub(k hubKey, src wakeSource, vacated uuid.UUID) {
 	}
 }
 
-// hubMember is what a hub wakes: an Elector, or a Group in one namespace.
+// hubMember is what a hub wakes: the machine of an Elector, or of a Group
+// in one namespace. Its methods must not block.
 type hubMember interface {
 	// candidate is the member's candidate id.
 	candidate() uuid.UUID
-	// poke tells the member that the seat may be free; it must not block.
-	poke(src wakeSource)
+	// poke tells the member that another candidate (vacated; uuid.Nil
+	// when not known) vacated the seat, which may let it win now.
+	poke(src wakeSource, vacated uuid.UUID)
+	// pokeOusted tells the member that someone else vacated its own term:
+	// an operator, or an UnregisterCandidate of its id in another process.
+	pokeOusted()
+	// wakeAny tells the member of a wake-up that names no namespace.
+	wakeAny()
 }
 
-func (el *Elector) candidate() uuid.UUID { return el.id }
-
-// wake pokes h's members but the one that vacated; hubs' mutex is held.
-// A member of the candidate that vacated (an Elector, or a Group in this
-// namespace) is told instead that its term ended: when someone else
-// vacated it (an operator), it is still leading and stops at once rather
-// than at its next round.
+// wake pokes h's members but the one that vacated, which is told instead
+// that its term ended: when someone else vacated it (an operator), it is
+// still leading and stops at once rather than at its next round. hubs'
+// mutex is held.
 func (h *hub) wake(src wakeSource, vacated uuid.UUID) {
 	for m := range h.members {
 		if m.candidate() != vacated {
-			m.poke(src)
-		} else if o, ok := m.(interface{ pokeOusted() }); ok {
-			o.pokeOusted()
+			m.poke(src, vacated)
+		} else {
+			m.pokeOusted()
 		}
 	}
 }
@@ -219,11 +224,7 @@ func wakeAll(lk listenKey) {
 	for k, h := range hubs.m {
 		if k.pool == lk.pool && k.schema == lk.schema {
 			for m := range h.members {
-				if a, ok := m.(interface{ wakeAny() }); ok {
-					a.wakeAny()
-				} else {
-					m.poke(wakeNotify)
-				}
+				m.wakeAny()
 			}
 		}
 	}
@@ -297,42 +298,62 @@ func leaveHub(e *Election, m hubMember, h *hub) {
 // backoff, until ctx ends, and wakes the hub a notification names.
 func (l *listener) listen(ctx context.Context, lk listenKey, n dialect.Notifier, pool *sql.DB, e *Election) {
 	defer close(l.done)
+	defer l.setListening(false)
+	_ = listenLoop(ctx, n, pool, channelFor(lk.schema), e.log.With("listener", "handoff"), true,
+		func(again bool) {
+			if again {
+				// Notifications sent while reconnecting are lost; a
+				// spurious round is cheaper than a missed handoff.
+				wakeAll(lk)
+			}
+			l.setListening(true)
+		},
+		func(payload string) {
+			if payload == "" {
+				wakeAll(lk) // some notifications may have been lost
+				return
+			}
+			if leader, ns, ok := parseHandoffPayload(payload); ok {
+				wakeHub(hubKey{pool: lk.pool, schema: lk.schema, namespace: ns}, wakeNotify, leader)
+			}
+		})
+}
+
+// listenLoop keeps a subscription to channel on pool until ctx ends or the
+// database says it cannot listen (logged once): it calls subscribed each
+// time the subscription is confirmed (again: after a reconnection, which
+// may have lost notifications), and got with each payload. After a
+// failure it subscribes again with a jittered backoff, logging a warning;
+// with retryFirst false, a first subscription that fails ends it, with
+// that error.
+func listenLoop(ctx context.Context, n dialect.Notifier, pool *sql.DB, channel string, log *slog.Logger,
+	retryFirst bool, subscribed func(again bool), got func(payload string)) error {
 	failures := 0 // since the last successful subscription
-	connected := false
+	ever := false
 	for {
-		err := n.Listen(ctx, pool, channelFor(lk.schema),
+		err := n.Listen(ctx, pool, channel,
 			func() {
-				if connected {
-					// Notifications sent while reconnecting are lost; a
-					// spurious round is cheaper than a missed handoff.
-					wakeAll(lk)
-				}
-				connected = true
-				failures = 0
-				l.setListening(true)
-			},
-			func(payload string) {
-				if payload == "" {
-					wakeAll(lk) // some notifications may have been lost
-					return
-				}
-				if leader, ns, ok := parseHandoffPayload(payload); ok {
-					wakeHub(hubKey{pool: lk.pool, schema: lk.schema, namespace: ns}, wakeNotify, leader)
-				}
-			})
-		l.setListening(false)
+				subscribed(ever)
+				ever, failures = true, 0
+			}, got)
+		if !ever && !retryFirst {
+			if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+				err = fmt.Errorf("%w: %w", cerr, err)
+			}
+			return err
+		}
 		if ctx.Err() != nil {
-			return
+			return nil
 		}
 		if errors.Is(err, dialect.ErrCannotListen) {
-			e.log.Info("election: not listening for handoffs; candidates wait for their next tick", "reason", err)
-			return
+			log.Info("election: not listening for handoffs; candidates wait for their next tick", "reason", err)
+			return err
 		}
 		failures++
 		wait := listenBackoff.wait(failures)
-		e.log.Warn("election: handoff listener failed; reconnecting", "err", err, "retry_in", wait)
+		log.Warn("election: handoff listener failed; reconnecting", "err", err, "retry_in", wait)
 		if !pause(ctx, wait) {
-			return
+			return nil
 		}
 	}
 }

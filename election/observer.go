@@ -14,37 +14,40 @@ import (
 )
 
 // An Observer sees what the Electors and Groups of an Election do, for
-// metrics and logs of one's own: each election round (Attempt), each start and end of
-// leadership (LeadershipStarted, LeadershipStopped), each step-down by the
-// trust window (SteppedDown), and each handoff that wakes a follower
+// metrics and logs of one's own: each election round or attempt in a
+// namespace (Attempt), each start and end of leadership
+// (LeadershipStarted, LeadershipStopped), each step-down by the trust
+// window (SteppedDown), and each handoff that wakes a follower
 // (HandoffWake). Set it with WithObserver; package
 // github.com/sqlelect/sqlelect/prometheus has one that exports Prometheus
 // metrics.
 //
 // Observers cost no database round trip: they are told what the Elector
-// or Group learnt anyway. Their methods are called synchronously on the
-// Elector's goroutines, some while the Elector holds its lock, and must
-// return quickly: they must not block, do I/O, or call the Elector's
-// methods. A Group calls them without holding its lock, so an observer may
-// call the Group's read methods (IsLeader, Lease, Leading). They may be
-// called concurrently (several Electors, or a Group's namespaces, share an
-// Election's observer). Embed NopObserver to implement only the methods
-// you need.
+// or Group learnt anyway. An Elector and a Group call them the same way:
+// synchronously, in the order the events happened, and never while
+// holding a lock of theirs, so an observer may call their methods
+// (IsLeader, Lease, Observed, Leading, even Resign or Leave). They should
+// still return quickly: a slow observer delays the next event's report,
+// and the goroutine that reports it may be the one running the rounds.
+// They may be called concurrently (several Electors, or the drivers of
+// several Elections, share an observer). Embed NopObserver to implement
+// only the methods you need.
 //
 // Calls made directly on the Election (Elect, Resign, ...) are not
 // observed; only Electors and Groups report.
 type Observer interface {
-	// Attempt is called after each election round of an Elector.
+	// Attempt is called after each election round of an Elector, and for
+	// each namespace of a Group's round or attempt.
 	Attempt(Attempt)
-	// LeadershipStarted is called when an Elector starts leading, before
-	// its OnStartedLeading runs.
+	// LeadershipStarted is called when an Elector or a Group starts
+	// leading a namespace, before its OnStartedLeading runs.
 	LeadershipStarted(Leadership)
-	// LeadershipStopped is called when an Elector stops leading, with the
-	// reason; Tenure is how long it led.
+	// LeadershipStopped is called when leadership of a namespace ends,
+	// with the reason; Tenure is how long it lasted.
 	LeadershipStopped(Leadership)
-	// SteppedDown is called when an Elector stops leading because its
-	// trust window passed without a renewal (just before the
-	// LeadershipStopped with reason StopSteppedDown).
+	// SteppedDown is called when leadership ends because its trust window
+	// passed without a renewal, or a renewal came back after it (just
+	// before the LeadershipStopped with reason StopSteppedDown).
 	SteppedDown(Leadership)
 	// HandoffWake is called when a follower wakes up early because another
 	// candidate vacated the seat.
@@ -86,11 +89,12 @@ const (
 	OutcomeError Outcome = "error"
 )
 
-// Attempt is one election round of an Elector.
+// Attempt is one election round of an Elector, or what a Group's round or
+// attempt did in one namespace.
 type Attempt struct {
 	// Namespace is the election's namespace.
 	Namespace string
-	// Candidate is the Elector's candidate id.
+	// Candidate is the Elector's or Group's candidate id.
 	Candidate uuid.UUID
 	// Outcome is how the round ended.
 	Outcome Outcome
@@ -104,14 +108,21 @@ type Attempt struct {
 	ErrorClass string
 }
 
-// StopReason says why an Elector stopped leading.
+// StopReason says why an Elector or a Group stopped leading a namespace.
+// Each is decided where it happens, and both drivers give the same one for
+// the same cause.
 type StopReason string
 
 // Reasons for LeadershipStopped.
 const (
-	// StopResigned: Elector.Resign.
+	// StopResigned: Elector.Resign or Group.Resign.
 	StopResigned StopReason = "resigned"
-	// StopLost: the database named another leader or a new term.
+	// StopLeft: Group.Leave.
+	StopLeft StopReason = "left"
+	// StopBalanced: a Group with Balance handed the namespace over.
+	StopBalanced StopReason = "balanced"
+	// StopLost: the database named another leader or a new term, or the
+	// lease lapsed before its renewal.
 	StopLost StopReason = "lost"
 	// StopVacated: another process vacated the term (an operator's
 	// VacateSeat or VacateLease, an UnregisterCandidate of the candidate's
@@ -125,19 +136,23 @@ const (
 	StopShutdown StopReason = "shutdown"
 )
 
-// Leadership is the start or the end of an Elector's leadership.
+// StopReasons lists every StopReason, for metrics that declare their label
+// values up front.
+var StopReasons = []StopReason{StopResigned, StopLeft, StopBalanced, StopLost, StopVacated, StopSteppedDown, StopShutdown}
+
+// Leadership is the start or the end of a leadership of a namespace.
 type Leadership struct {
 	// Namespace is the election's namespace.
 	Namespace string
-	// Candidate is the Elector's candidate id.
+	// Candidate is the Elector's or Group's candidate id.
 	Candidate uuid.UUID
 	// Lease is the lease granted (at the start) or the last lease held (at
 	// the end).
 	Lease Lease
 	// Reason is why leadership ended; "" at the start.
 	Reason StopReason
-	// Tenure is how long the Elector led, on the local monotonic clock;
-	// zero at the start.
+	// Tenure is how long the leadership lasted, on the local monotonic
+	// clock; zero at the start.
 	Tenure time.Duration
 }
 
@@ -145,7 +160,7 @@ type Leadership struct {
 type Wake struct {
 	// Namespace is the election's namespace.
 	Namespace string
-	// Candidate is the woken Elector's candidate id.
+	// Candidate is the woken Elector's or Group's candidate id.
 	Candidate uuid.UUID
 	// Source is "local" when the seat was vacated in this process, "notify"
 	// when a notification from the database announced it. Wake-ups
@@ -155,8 +170,9 @@ type Wake struct {
 	Source string
 }
 
-// WithObserver sets the Observer of the Election's Electors (default none,
-// which costs nothing). See Observer for what it must not do.
+// WithObserver sets the Observer of the Election's Electors and of the
+// Groups made with it (default none, which costs nothing). See Observer
+// for how it is called.
 func WithObserver(o Observer) Option {
 	return optionFunc(func(c *config) {
 		if o == nil {
@@ -222,15 +238,6 @@ func ErrorClass(err error) string {
 	return ClassOther
 }
 
-// observeAttempt reports a round that began at start.
-func (el *Elector) observeAttempt(start time.Time, l Lease, started bool, err error) {
-	o := el.e.observer
-	if o == nil {
-		return
-	}
-	o.Attempt(newAttempt(el.e.namespace, el.id, el.now().Sub(start), l, started, err))
-}
-
 // newAttempt is the report of a round of candidate id in namespace ns that
 // took d and left it with lease l (started: a new leadership) or err.
 func newAttempt(ns string, id uuid.UUID, d time.Duration, l Lease, started bool, err error) Attempt {
@@ -246,52 +253,4 @@ func newAttempt(ns string, id uuid.UUID, d time.Duration, l Lease, started bool,
 		a.Outcome = OutcomeFollower
 	}
 	return a
-}
-
-// observeStart reports the start of c; el.mu is held.
-func (el *Elector) observeStart(c *leadership) {
-	if o := el.e.observer; o != nil {
-		o.LeadershipStarted(Leadership{Namespace: el.e.namespace, Candidate: el.id, Lease: c.lease})
-	}
-}
-
-// observeStop reports the end of c for the reason given to stopLocked;
-// el.mu is held.
-func (el *Elector) observeStop(c *leadership, reason string) {
-	o := el.e.observer
-	if o == nil {
-		return
-	}
-	reportStop(o, Leadership{Namespace: el.e.namespace, Candidate: el.id, Lease: c.lease, Tenure: el.now().Sub(c.since)}, reason)
-}
-
-// reportStop tells o that leadership ld ended for reason, as the Elector's
-// and the Group's logs word it: SteppedDown too when the trust window
-// ended it.
-func reportStop(o Observer, ld Leadership, reason string) {
-	switch reason {
-	case "resigned", "balancing", "left the namespace":
-		ld.Reason = StopResigned
-	case "shutting down":
-		ld.Reason = StopShutdown
-	case stopVacated:
-		ld.Reason = StopVacated
-	case "trust window passed", "the renewal returned after the trust window":
-		ld.Reason = StopSteppedDown
-		o.SteppedDown(ld)
-	default:
-		ld.Reason = StopLost
-	}
-	o.LeadershipStopped(ld)
-}
-
-// observeWake reports a handoff that woke the (following) Elector.
-func (el *Elector) observeWake(src wakeSource) {
-	if o := el.e.observer; o != nil {
-		w := Wake{Namespace: el.e.namespace, Candidate: el.id, Source: "local"}
-		if src == wakeNotify {
-			w.Source = "notify"
-		}
-		o.HandoffWake(w)
-	}
 }

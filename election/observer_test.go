@@ -231,9 +231,9 @@ func TestHealthCheckCutLeader(t *testing.T) {
 				if err := hc.Check(nil); err != nil {
 					t.Fatalf("leader that renews: %v", err)
 				}
-				el.mu.Lock()
-				lastRenewal := el.renewed
-				el.mu.Unlock()
+				el.box.lock()
+				lastRenewal := el.m.renewed
+				el.box.unlock()
 				p.Cut()
 				obs.events.wait(t, "the step-down", i, func(ev obsEvent) bool { return ev.kind == "stepped-down" })
 				limit := lastRenewal.Add(2*time.Second - 800*time.Millisecond + tolerance)

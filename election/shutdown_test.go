@@ -196,7 +196,7 @@ func TestElectorShutdownKeepsSeatWhileWorkRuns(t *testing.T) {
 			default:
 				t.Fatal("Run returned before the leader's context was cancelled")
 			}
-			lastA := a.Lease()
+			lastA := a.Observed()
 			rec.Observe("A", la)
 			rec.Observe("A", lastA)
 			seat, err := e.Leader(ctx)

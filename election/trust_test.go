@@ -3,7 +3,6 @@ package election
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -11,24 +10,6 @@ import (
 
 	"github.com/sqlelect/sqlelect/internal/testdb"
 )
-
-// stubClock is an Elector's monotonic clock, moved by the test alone.
-type stubClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *stubClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *stubClock) set(t time.Time) {
-	c.mu.Lock()
-	c.t = t
-	c.mu.Unlock()
-}
 
 // TestTrustWindowEdges drives an Elector's rounds by hand on a stub clock:
 // it trusts its lease until exactly attempt start + Expire() - SafetyMargin
@@ -43,17 +24,17 @@ func TestTrustWindowEdges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := &stubClock{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-	el.now = clock.now
+	clock := newFakeClock()
+	el.useClock(clock)
 	ctx := context.Background()
-	round := func() error { return el.electRound(ctx, causeTick) }
+	round := func() error { return el.round(ctx, causeTick) }
 	leadsAt := func(at time.Time) bool {
 		clock.set(at)
 		return el.IsLeader()
 	}
 
 	// The first grant: trusted until start + expire - margin.
-	start := clock.now()
+	start := clock.Now()
 	if err := round(); err != nil {
 		t.Fatalf("first round: %v", err)
 	}

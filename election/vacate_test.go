@@ -81,7 +81,7 @@ func TestVacateLeaseMovesLeadership(t *testing.T) {
 				ids, err := op.ListCandidates(ctx)
 				return err == nil && len(ids) == 2
 			})
-			old := a.el.Lease()
+			old := a.el.Observed()
 			if !old.HeldBy(a.el.ID()) {
 				t.Fatalf("a leads but its lease is %+v", old)
 			}
@@ -173,16 +173,16 @@ func TestVacatedLoneLeaderReturns(t *testing.T) {
 				t.Fatal("timed out waiting for leadership")
 			}
 		}
-		old := el.Lease()
+		old := el.Observed()
 		if _, err := mustElection(t, db, ns).VacateLease(ctx, old); err != nil {
 			t.Fatalf("VacateLease: %v", err)
 		}
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-			if l := el.Lease(); el.IsLeader() && l.Term > old.Term {
+			if l := el.Observed(); el.IsLeader() && l.Term > old.Term {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("the lone candidate did not lead again; lease %+v", el.Lease())
+				t.Fatalf("the lone candidate did not lead again; lease %+v", el.Observed())
 			}
 		}
 		if !stops.has(election.StopVacated) {

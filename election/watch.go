@@ -62,46 +62,26 @@ func (e *Election) WatchVacancies(ctx context.Context) (<-chan string, error) {
 	first := make(chan error, 1) // nil once subscribed, or why the first subscription failed
 	go func() {
 		defer cancel() // for good: the sender below closes out
-		subscribed, failures := false, 0
-		for {
-			err := n.Listen(ctx, pool, channelFor(e.schema),
-				func() {
-					if subscribed {
-						w.add("") // sent while reconnecting: lost
-					} else {
-						first <- nil
-					}
-					subscribed, failures = true, 0
-				},
-				func(payload string) {
-					if payload == "" {
-						w.add("")
-						return
-					}
-					if _, ns, ok := parseHandoffPayload(payload); ok {
-						w.add(ns)
-					}
-				})
-			if !subscribed {
-				if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-					err = fmt.Errorf("%w: %w", cerr, err)
+		err := listenLoop(ctx, n, pool, channelFor(e.schema), e.logBase.With("listener", "WatchVacancies"), false,
+			func(again bool) {
+				if again {
+					w.add("") // sent while reconnecting: lost
+				} else {
+					first <- nil
 				}
-				first <- err
-				return
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			if errors.Is(err, dialect.ErrCannotListen) {
-				e.logBase.Info("election: no longer notified of vacancies", "reason", err)
-				return
-			}
-			failures++
-			wait := listenBackoff.wait(failures)
-			e.logBase.Warn("election: vacancy listener failed; reconnecting", "err", err, "retry_in", wait)
-			if !pause(ctx, wait) {
-				return
-			}
+			},
+			func(payload string) {
+				if payload == "" {
+					w.add("")
+					return
+				}
+				if _, ns, ok := parseHandoffPayload(payload); ok {
+					w.add(ns)
+				}
+			})
+		select {
+		case first <- err: // the first subscription failed
+		default:
 		}
 	}()
 	if err := <-first; err != nil {

@@ -141,7 +141,7 @@ func TestOnlyTheLeaderRuns(t *testing.T) {
 				first := startReplica(t, e, adapter(e))
 				waitFor(t, "the first replica to lead", first.el.IsLeader)
 				second := startReplica(t, e, adapter(e))
-				waitFor(t, "the second replica to follow", func() bool { return second.el.Lease().HeldBy(first.el.ID()) })
+				waitFor(t, "the second replica to follow", func() bool { return second.el.Observed().HeldBy(first.el.ID()) })
 				base := first.runs.Load()
 				waitFor(t, "the leader's job to run", func() bool { return first.runs.Load() >= base+5 })
 				if n := second.runs.Load(); n != 0 {

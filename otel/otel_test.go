@@ -176,7 +176,7 @@ func TestElectionsThroughOtelsql(t *testing.T) {
 			}
 			fb := elector(dbB, 10*time.Second)
 			run(t, fb)
-			waitFor(t, "b to see a's lease", 30*time.Second, func() bool { return fb.Lease().HeldBy(a.ID()) })
+			waitFor(t, "b to see a's lease", 30*time.Second, func() bool { return fb.Observed().HeldBy(a.ID()) })
 			if tg.name == "postgres" {
 				// b's handoff listener subscribes when b starts; give it the
 				// time to confirm (its probe notification takes milliseconds).

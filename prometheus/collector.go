@@ -15,7 +15,7 @@
 //	sqlelect_is_leader{namespace}                  gauge: 1 while an Elector of this process leads
 //	sqlelect_elections_total{namespace,outcome}    counter: election rounds by outcome (led, renewed, follower, error)
 //	sqlelect_leadership_changes_total{namespace}   counter: new terms (failovers and handoffs) this process saw
-//	sqlelect_leadership_stops_total{namespace,reason} counter: this process stopped leading (resigned, lost, stepped_down, shutdown)
+//	sqlelect_leadership_stops_total{namespace,reason} counter: this process stopped leading (election.StopReasons: resigned, left, balanced, lost, vacated, stepped_down, shutdown)
 //	sqlelect_tenure_seconds{namespace}             gauge: how long this process has led; 0 when it does not
 //	sqlelect_term{namespace}                       gauge: the last term this process saw
 //	sqlelect_attempt_duration_seconds{namespace}   histogram: duration of election rounds
@@ -87,7 +87,7 @@ func NewCollector() *Collector {
 		changes: prom.NewCounterVec(prom.CounterOpts{Name: "sqlelect_leadership_changes_total",
 			Help: "New terms (failovers and handoffs) seen by this process, counted by term number, so terms between two rounds count too."}, ns),
 		stops: prom.NewCounterVec(prom.CounterOpts{Name: "sqlelect_leadership_stops_total",
-			Help: "Times an Elector of this process stopped leading, by reason: resigned, lost, stepped_down (trust window), shutdown."},
+			Help: "Times an Elector or Group of this process stopped leading, by reason: resigned, left, balanced, lost, vacated, stepped_down (trust window), shutdown."},
 			[]string{"namespace", "reason"}),
 		tenure: prom.NewGaugeVec(prom.GaugeOpts{Name: "sqlelect_tenure_seconds",
 			Help: "How long an Elector of this process has led the namespace (the longest, if several); 0 when none leads."}, ns),
@@ -142,7 +142,7 @@ func (c *Collector) initLocked(ns string) {
 	for _, o := range []election.Outcome{election.OutcomeLed, election.OutcomeRenewed, election.OutcomeFollower, election.OutcomeError} {
 		c.elections.WithLabelValues(ns, string(o))
 	}
-	for _, r := range []election.StopReason{election.StopResigned, election.StopLost, election.StopVacated, election.StopSteppedDown, election.StopShutdown} {
+	for _, r := range election.StopReasons {
 		c.stops.WithLabelValues(ns, string(r))
 	}
 }

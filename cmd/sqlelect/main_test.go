@@ -436,7 +436,7 @@ func e2eMigrate(t *testing.T, c cli, tg testdb.Target) {
 // lease left and the candidates, as text and JSON; --require-leader.
 func e2eStatus(t *testing.T, c cli, dsn, ns string, cs ...*candidate) {
 	leader, others := leading(t, cs...)
-	lease := leader.Lease()
+	lease := leader.Observed()
 	out := c.ok("status", "--dsn", dsn, ns)
 	rows := table(t, out, "NAMESPACE", "LEADER", "IDENTITY", "TERM", "LEASE LEFT", "CANDIDATES")
 	if len(rows) != 1 {
@@ -529,7 +529,7 @@ var watchLine = regexp.MustCompile(`^(\d\d:\d\d:\d\d\.\d{3})  (\S+)\s+(leader (\
 // still sees a handoff at once.
 func e2eWatch(t *testing.T, c cli, tg testdb.Target, dsn string, db *gorm.DB, ns string, cs ...*candidate) {
 	leader, _ := leading(t, cs...)
-	lease := leader.Lease()
+	lease := leader.Observed()
 	text := c.start("watch", "--dsn", dsn, "--interval", "200ms", ns)
 	js := c.start("watch", "--dsn", dsn, "--interval", "200ms", "--json", ns)
 
@@ -594,7 +594,7 @@ func e2eWatch(t *testing.T, c cli, tg testdb.Target, dsn string, db *gorm.DB, ns
 	var next *candidate
 	waitFor(t, 10*time.Second, "a new term", func() bool {
 		for _, c := range append(cs, gamma) {
-			if l := c.Lease(); c.IsLeader() && l.Term > lease.Term {
+			if l := c.Observed(); c.IsLeader() && l.Term > lease.Term {
 				next, nl = c, l
 				return true
 			}
@@ -643,7 +643,7 @@ func e2eWatch(t *testing.T, c cli, tg testdb.Target, dsn string, db *gorm.DB, ns
 	slow := c.start("watch", "--dsn", dsn, "--interval", "1m", "--json", ns)
 	waitFor(t, 10*time.Second, "the slow watch's first line", func() bool { return strings.Contains(slow.out.String(), "\n") })
 	leader, _ = leading(t, cs...)
-	lease = leader.Lease()
+	lease = leader.Observed()
 	if !strings.Contains(slow.out.String(), `"term":`+strconv.FormatInt(lease.Term, 10)) {
 		t.Fatalf("the slow watch does not show term %d: %s", lease.Term, slow.out.String())
 	}
@@ -679,7 +679,7 @@ func e2eResign(t *testing.T, c cli, dsn string, db *gorm.DB, ns string, cs ...*c
 	}
 	// Settle: one leader, whose term the others see too.
 	leader, others := leading(t, cs...)
-	old := leader.Lease()
+	old := leader.Observed()
 	prompt := fmt.Sprintf("Vacate %q, led by %s (%s) in term %d? [y/N]", ns, old.Leader, identity(leader.label), old.Term)
 
 	code, _, errs := c.run("n\n", "resign", "--dsn", dsn, ns)
@@ -700,7 +700,7 @@ func e2eResign(t *testing.T, c cli, dsn string, db *gorm.DB, ns string, cs ...*c
 	}
 	other := others[0]
 	waitFor(t, 10*time.Second, "the other candidate leading in a later term", func() bool {
-		return other.IsLeader() && other.Lease().Term > old.Term
+		return other.IsLeader() && other.Observed().Term > old.Term
 	})
 	waitFor(t, 10*time.Second, "the old leader stepping down", func() bool { return !leader.IsLeader() })
 	terms, err := guard.History(ctx, 10)
@@ -719,7 +719,7 @@ func e2eResign(t *testing.T, c cli, dsn string, db *gorm.DB, ns string, cs ...*c
 
 	// The operator is asked about the other's term; meanwhile it hands
 	// over. The confirmation then changes nothing.
-	cur := other.Lease()
+	cur := other.Observed()
 	p := c.start("resign", "--dsn", dsn, ns)
 	waitFor(t, 10*time.Second, "the prompt", func() bool {
 		return strings.Contains(p.errOut.String(), fmt.Sprintf("in term %d? [y/N]", cur.Term))
@@ -728,9 +728,9 @@ func e2eResign(t *testing.T, c cli, dsn string, db *gorm.DB, ns string, cs ...*c
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "the first leader back in a later term", func() bool {
-		return leader.IsLeader() && leader.Lease().Term > cur.Term
+		return leader.IsLeader() && leader.Observed().Term > cur.Term
 	})
-	now := leader.Lease()
+	now := leader.Observed()
 	if _, err := io.WriteString(p.stdin, "y\n"); err != nil {
 		t.Fatal(err)
 	}
@@ -751,7 +751,7 @@ func e2eResign(t *testing.T, c cli, dsn string, db *gorm.DB, ns string, cs ...*c
 		t.Errorf("resign --yes --json: exit %d, %q %q; want term %d of %s vacated", code, out, errs, now.Term, now.Leader)
 	}
 	waitFor(t, 10*time.Second, "the other candidate leading again", func() bool {
-		return other.IsLeader() && other.Lease().Term > now.Term
+		return other.IsLeader() && other.Observed().Term > now.Term
 	})
 
 	// Nobody leads: nothing to do.
@@ -765,7 +765,7 @@ func e2eResign(t *testing.T, c cli, dsn string, db *gorm.DB, ns string, cs ...*c
 // one and the vacated ones, aligned and in the local zone.
 func e2eHistory(t *testing.T, c cli, dsn, ns string, cs ...*candidate) {
 	leader, _ := leading(t, cs...)
-	lease := leader.Lease()
+	lease := leader.Observed()
 	out := c.ok("history", "--dsn", dsn, "--json", "--limit", "2", ns)
 	rows := jsonLines(t, out)
 	if len(rows) != 2 {

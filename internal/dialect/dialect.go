@@ -263,3 +263,14 @@ func SyncMigrationReads(ctx context.Context, d Dialect, conn *sql.Conn) (restore
 	}
 	return func() { _, _ = conn.ExecContext(context.Background(), galeraDefaultReads) }, nil
 }
+
+// ConcurrentWriters is how many writing transactions the library runs at
+// once when it has several to run (a Group's vacates on shutdown): one on
+// SQLite, which writes one transaction at a time; elsewhere a few, each on
+// a connection of the pool, which may have fewer to give.
+func ConcurrentWriters(d Dialect) int {
+	if _, ok := d.(interface{ singleWriter() }); ok {
+		return 1
+	}
+	return 4
+}

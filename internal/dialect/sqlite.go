@@ -185,3 +185,7 @@ func (sqlite) Gorm(pool *sql.DB) gorm.Dialector {
 }
 
 func (sqlite) CacheStatements() bool { return true }
+
+// singleWriter marks SQLite as writing one transaction at a time
+// (ConcurrentWriters).
+func (sqlite) singleWriter() {}

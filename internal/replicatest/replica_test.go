@@ -267,7 +267,7 @@ func (g *group) stop() {
 		<-g.done[i]
 	}
 	for _, i := range leaders {
-		g.rec.Released(g.els[i].Lease())
+		g.rec.Released(g.els[i].Observed())
 		g.stops[i]()
 		<-g.done[i]
 	}

@@ -280,7 +280,7 @@ func child() error {
 			shutting.Store(true)
 			from := dbNow()
 			for _, el := range electors {
-				if l := el.Lease(); l.HeldBy(el.ID()) {
+				if l := el.Observed(); l.HeldBy(el.ID()) {
 					out.emit(event{Kind: "rel", Lease: &l}, false)
 				}
 				out.emit(event{Kind: "relwin", Release: &electiontest.Release{Namespace: nsOf[el], Candidate: el.ID(), From: from}}, false)
@@ -359,7 +359,7 @@ func newChaosElector(e *election.Election, fence *electiontest.Fence, c childCon
 		},
 		OnStartedLeading: func(ctx context.Context, l election.Lease) {
 			out.emit(event{Kind: "obs", Observer: base + "/start", Lease: &l}, false)
-			lead(ctx, el.Lease, fence, l, base+"/work", c, out)
+			lead(ctx, el.Observed, fence, l, base+"/work", c, out)
 		},
 		OnStoppedLeading: func(l election.Lease) {
 			if shutting.Load() {
@@ -443,7 +443,7 @@ func resignOne(ctx context.Context, els []*election.Elector, nsOf map[*election.
 		if from.IsZero() {
 			return // the database is away; the Resign would fail anyway
 		}
-		l := el.Lease()
+		l := el.Observed()
 		out.emit(event{Kind: "rel", Lease: &l}, false)
 		// The call is bounded by its 2 s context; the window allows more.
 		// Once the call is over, a second event with the same key narrows

@@ -1,0 +1,216 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+)
+
+// DefaultShutdownTimeout is the default ShutdownTimeout of ElectorConfig
+// and GroupConfig.
+const DefaultShutdownTimeout = 5 * time.Second
+
+// timing is what the Elector and the Group share of their configuration:
+// when rounds run and how long a lease is trusted. checkTiming fills in
+// the defaults and checks the rules.
+type timing struct {
+	expire          time.Duration // the Election's expiry window
+	interval        time.Duration // between rounds of a follower
+	margin          time.Duration // the trust window is expire - margin
+	shutdownTimeout time.Duration
+}
+
+// checkTiming applies the documented defaults and rules of Interval,
+// SafetyMargin and ShutdownTimeout for an expiry window, naming every rule
+// broken.
+func checkTiming(expire, interval, margin, shutdown time.Duration) (timing, error) {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...))
+	}
+	switch {
+	case interval < 0:
+		bad("Interval must be positive, got %v", interval)
+	case interval == 0:
+		interval = expire / 3
+	case interval > expire/2:
+		bad("Interval %v must be at most half the expiry window %v", interval, expire)
+	}
+	switch {
+	case margin < 0:
+		bad("SafetyMargin must be positive, got %v", margin)
+	case margin == 0:
+		margin = expire / 5
+	}
+	if len(errs) == 0 && margin >= expire-interval {
+		bad("SafetyMargin %v must be less than the expiry window minus the interval (%v - %v), or no renewal fits in the trust window",
+			margin, expire, interval)
+	}
+	switch {
+	case shutdown < 0:
+		bad("ShutdownTimeout must not be negative, got %v", shutdown)
+	case shutdown == 0:
+		shutdown = DefaultShutdownTimeout
+	}
+	return timing{expire: expire, interval: interval, margin: margin, shutdownTimeout: shutdown}, errors.Join(errs...)
+}
+
+// trust is how long a grant or renewal is trusted from the start of the
+// round that obtained it.
+func (t timing) trust() time.Duration { return t.expire - t.margin }
+
+// renewEvery is how often a leader renews: by its lease, every third of
+// the expiry window, or by Interval when that is longer. Followers poll
+// every Interval, which may be much shorter; an idle leader does not.
+func (t timing) renewEvery() time.Duration { return max(t.interval, t.expire/3) }
+
+// jitter returns a duration between 0.8 d and d: candidates do not tick in
+// lockstep, and none waits longer than d.
+func jitter(d time.Duration) time.Duration {
+	if spread := d / 5; spread > 0 {
+		return d - rand.N(spread)
+	}
+	return d
+}
+
+// retryWait is the wait after failures consecutive failed rounds:
+// Interval/8 (at least 1 ms) doubling up to Interval, ±20%.
+func (t timing) retryWait(failures int) time.Duration {
+	return backoff{first: max(t.interval/8, time.Millisecond), max: t.interval, jitter: 0.2}.wait(failures)
+}
+
+// roundCause says why a round, or an attempt on one seat, ran.
+type roundCause int
+
+const (
+	causeStart      roundCause = iota + 1 // the first round of Run
+	causeTick                             // the interval passed
+	causeRetry                            // the backoff after a failed round passed
+	causeWakeLocal                        // a seat vacated in this process
+	causeWakeNotify                       // a notification from the database
+	causeSitOut                           // a round during a sit-out: heartbeat and observe only
+	causeEdge                             // the lease another candidate held has just ended
+	causeOusted                           // another process vacated the term held
+	causeRenew                            // a grant or renewal left less trust than one renewal period
+)
+
+func (c roundCause) String() string {
+	switch c {
+	case causeStart:
+		return "start"
+	case causeTick:
+		return "tick"
+	case causeRetry:
+		return "retry"
+	case causeWakeLocal:
+		return "wake"
+	case causeWakeNotify:
+		return "notify"
+	case causeSitOut:
+		return "sit-out"
+	case causeEdge:
+		return "edge"
+	case causeOusted:
+		return "ousted"
+	case causeRenew:
+		return "renew"
+	}
+	return "unknown"
+}
+
+// wakeCause is the cause of a round or an attempt a handoff wake-up started.
+func wakeCause(src wakeSource) roundCause {
+	if src == wakeNotify {
+		return causeWakeNotify
+	}
+	return causeWakeLocal
+}
+
+// edgeMargin is how long after the local deadline of a lease's end a
+// follower tries: it covers the time from sending the reading to the
+// database reading its clock, and the coarseness of timers.
+const edgeMargin = time.Millisecond
+
+// edgeTries is how many tries a follower makes at the end of one lease: a
+// second one, at the remaining time the first read, when the first came
+// before the database's end of the lease.
+const edgeTries = 2
+
+// driverLoop is what the round loop asks of a driver (an Elector, a
+// Group).
+type driverLoop interface {
+	// round runs one round.
+	round(ctx context.Context, cause roundCause) error
+	// leadsAll reports whether every machine of the driver leads: the
+	// rounds then renew by the leases, not poll every Interval.
+	leadsAll() bool
+	// signaled takes the signals pending on the kick channel and returns
+	// the cause of the round they call for now (0: none), and whether a
+	// sit-out began, whose tick, counted from now, only looks at the seat.
+	signaled() (roundCause, bool)
+}
+
+// runRounds runs d's rounds until ctx ends: every Interval (jittered)
+// while following, every renewal period while leading everywhere, at once
+// when a signal calls for it, and after a failed round with a capped,
+// jittered backoff, logged. It returns ctx's end as nil, and ErrNotMigrated
+// when the tables are missing before any round succeeded.
+func runRounds(ctx context.Context, d driverLoop, t timing, clk clock, kick <-chan struct{}, log *slog.Logger) error {
+	cause := causeStart
+	failures, succeeded := 0, false
+	tm := clk.NewTimer(time.Hour)
+	defer tm.Stop()
+	for {
+		err := d.round(ctx, cause)
+		if ctx.Err() != nil {
+			return nil
+		}
+		wait, next := jitter(t.interval), causeTick
+		if d.leadsAll() {
+			wait = jitter(t.renewEvery())
+		}
+		if err != nil {
+			if !succeeded && errors.Is(err, ErrNotMigrated) {
+				log.Error("election: stopped", "err", err)
+				return err
+			}
+			failures++
+			wait, next = t.retryWait(failures), causeRetry
+			logRoundFailure(log, err, failures, wait)
+		} else {
+			succeeded, failures = true, 0
+		}
+		tm.Stop()
+		tm.Reset(wait)
+		for cause = 0; cause == 0; {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-tm.C():
+				cause = next
+			case <-kick:
+				var restart bool
+				if cause, restart = d.signaled(); cause == 0 && restart {
+					// A sit-out began: its tick, from now, only looks.
+					tm.Stop()
+					tm.Reset(jitter(t.interval))
+					next = causeSitOut
+				}
+			}
+		}
+	}
+}
+
+// logRoundFailure logs a failed round: at error level when nobody can lead
+// until an operator acts (a read-only server), else as a warning.
+func logRoundFailure(log *slog.Logger, err error, failures int, retryIn time.Duration) {
+	if errors.Is(err, ErrReadOnly) {
+		log.Error("election: the database is read-only (a standby or a read-only server); nobody can lead until it accepts writes",
+			"err", err, "failures", failures, "retry_in", retryIn)
+		return
+	}
+	log.Warn("election: round failed; retrying", "err", err, "failures", failures, "retry_in", retryIn)
+}
