@@ -52,7 +52,44 @@ var (
 	// failed round ("the database is read-only"): alert on it, since no
 	// candidate can lead until the server accepts writes.
 	ErrReadOnly = errors.New("election: database is read-only")
+
+	// ErrPermissionDenied is returned by a call the database user lacks a
+	// privilege for: MySQL, MariaDB and TiDB 1142 and 1143 (INSERT, UPDATE
+	// or DELETE refused on an election table), 1044 (no access to the
+	// database), PostgreSQL 42501. The message names the privilege and the
+	// object as the server did. It is not retried within the call. On MySQL
+	// and MariaDB, where a GRANT of privileges on a database reaches an open
+	// session only at its next USE, session.Open's pool discards the
+	// connection that answered, so the first call on a new connection after
+	// the GRANT succeeds; PostgreSQL applies a GRANT to open sessions at
+	// once. No candidate of that user can lead until it is granted: alert on
+	// it.
+	ErrPermissionDenied = errors.New("election: permission denied")
 )
+
+// deniedError is ErrPermissionDenied with what the server said was
+// missing, read once by the dialect where the error is wrapped.
+type deniedError struct {
+	missing string // "" when the server did not say
+	err     error  // wraps ErrPermissionDenied and the driver's error
+}
+
+func (d *deniedError) Error() string { return d.err.Error() }
+func (d *deniedError) Unwrap() error { return d.err }
+
+// missingPrivilege returns what the server said the database user lacks
+// when err matches ErrPermissionDenied, for a log line or an alert: the
+// privileges and the object on MySQL, MariaDB and TiDB ("INSERT, UPDATE on
+// table `app`.`election_leaders`"), the object on PostgreSQL, which does
+// not name the privilege ("a privilege on table election_leaders"); "" for
+// any other error.
+func missingPrivilege(err error) string {
+	var d *deniedError
+	if errors.As(err, &d) {
+		return d.missing
+	}
+	return ""
+}
 
 // errUnsafe connects the dialect's error to the public sentinel.
 var errUnsafe = dialect.ErrUnsafeSettings

@@ -199,6 +199,9 @@ const (
 	// ClassReadOnly: the server accepts no writes (a standby, or a
 	// primary set read-only): ErrReadOnly.
 	ClassReadOnly = "read_only"
+	// ClassPermission: the database user lacks a privilege the call needs
+	// (ErrPermissionDenied).
+	ClassPermission = "permission"
 	// ClassInvalid: the call was given bad input (ErrInvalidOption,
 	// ErrInvalidCandidate, ErrInvalidNamespace).
 	ClassInvalid = "invalid"
@@ -220,6 +223,8 @@ func ErrorClass(err error) string {
 		return ClassNotMigrated
 	case errors.Is(err, ErrReadOnly):
 		return ClassReadOnly
+	case errors.Is(err, ErrPermissionDenied):
+		return ClassPermission
 	case errors.Is(err, ErrInvalidOption), errors.Is(err, ErrInvalidCandidate), errors.Is(err, ErrInvalidNamespace):
 		return ClassInvalid
 	case errors.Is(err, context.DeadlineExceeded):

@@ -158,6 +158,8 @@ func (e *Election) wrap(ctx context.Context, op string, err error, callerTx bool
 		return fmt.Errorf("%w: %s: %w", ErrNotMigrated, op, err)
 	case dialect.ReadOnly:
 		return fmt.Errorf("%w: %s: %w", ErrReadOnly, op, err)
+	case dialect.Permission:
+		return &deniedError{missing: e.d.Denied(err), err: fmt.Errorf("%w: %s: %w", ErrPermissionDenied, op, err)}
 	case dialect.Transient:
 		if callerTx {
 			return fmt.Errorf("%w: %s in the caller's transaction (roll it back and retry): %w", ErrConflict, op, err)

@@ -161,6 +161,7 @@ type driverLoop interface {
 func runRounds(ctx context.Context, d driverLoop, t timing, clk clock, kick <-chan struct{}, log *slog.Logger) error {
 	cause := causeStart
 	failures, succeeded := 0, false
+	denied := "" // the privilege the failures so far lacked, logged once
 	tm := clk.NewTimer(time.Hour)
 	defer tm.Stop()
 	for {
@@ -179,9 +180,9 @@ func runRounds(ctx context.Context, d driverLoop, t timing, clk clock, kick <-ch
 			}
 			failures++
 			wait, next = t.retryWait(failures), causeRetry
-			logRoundFailure(log, err, failures, wait)
+			denied = logRoundFailure(log, err, failures, wait, denied)
 		} else {
-			succeeded, failures = true, 0
+			succeeded, failures, denied = true, 0, ""
 		}
 		tm.Stop()
 		tm.Reset(wait)
@@ -205,12 +206,20 @@ func runRounds(ctx context.Context, d driverLoop, t timing, clk clock, kick <-ch
 }
 
 // logRoundFailure logs a failed round: at error level when nobody can lead
-// until an operator acts (a read-only server), else as a warning.
-func logRoundFailure(log *slog.Logger, err error, failures int, retryIn time.Duration) {
-	if errors.Is(err, ErrReadOnly) {
+// until an operator acts (a read-only server; a privilege missing, named
+// once per streak of failures, denied being the one already named), else
+// as a warning. It returns the privilege named.
+func logRoundFailure(log *slog.Logger, err error, failures int, retryIn time.Duration, denied string) string {
+	switch missing := missingPrivilege(err); {
+	case errors.Is(err, ErrReadOnly):
 		log.Error("election: the database is read-only (a standby or a read-only server); nobody can lead until it accepts writes",
 			"err", err, "failures", failures, "retry_in", retryIn)
-		return
+	case errors.Is(err, ErrPermissionDenied) && missing != denied:
+		log.Error("election: the database user lacks a privilege on the election tables; no candidate of this user can lead until it is granted",
+			"missing", missing, "err", err, "failures", failures, "retry_in", retryIn)
+		return missing
+	default:
+		log.Warn("election: round failed; retrying", "err", err, "failures", failures, "retry_in", retryIn)
 	}
-	log.Warn("election: round failed; retrying", "err", err, "failures", failures, "retry_in", retryIn)
+	return denied
 }

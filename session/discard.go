@@ -25,6 +25,14 @@ import (
 // of a multi-host DSN with target_session_attrs=read-write, or the same one
 // once it is writable again).
 //
+// The same goes on MySQL and MariaDB for a connection whose user lacked a
+// privilege (1142, 1143, 1044): those servers apply a GRANT of privileges
+// on a database to an open session only at its next USE, which nothing
+// sends, so after the GRANT every round on the pooled sessions went on
+// failing with "INSERT, UPDATE command denied" until the pool's connection
+// lifetime ran out. A new connection has the privileges granted so far.
+// PostgreSQL checks privileges at every statement (42501 discards nothing).
+//
 // It also bounds the check a driver makes of a connection it hands out again
 // (pgx pings one unused for over a second) by the dialect's ResetTimeout, so
 // that a pooled connection to a host that stopped answering is discarded

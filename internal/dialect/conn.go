@@ -13,6 +13,13 @@ import (
 // would answer the same way to every later statement, even once a failover
 // or a switch back to read-write has made its address (or another of the
 // DSN's hosts) writable again; a new connection reaches the writable server.
+//
+// So is a connection whose user lacked a privilege (Permission) on a server
+// that applies a GRANT of privileges on a database to an open session only
+// at its next USE (MySQL, MariaDB): the user's pooled sessions would go on
+// refusing after the grant for as long as they lived, and a new connection
+// has the privileges granted so far. PostgreSQL checks privileges at every
+// statement, so its connections stay.
 func Discard(d Dialect, err error) bool {
 	if err == nil || discardOff.Load() {
 		return false
@@ -20,6 +27,9 @@ func Discard(d Dialect, err error) bool {
 	switch d.Classify(err) {
 	case ReadOnly, Shutdown:
 		return true
+	case Permission:
+		s, ok := d.(interface{ sessionGrants() bool })
+		return ok && s.sessionGrants()
 	}
 	return false
 }
@@ -29,7 +39,8 @@ var discardOff atomic.Bool
 
 // DisableDiscard makes Discard report false for every error, in every
 // pool, until restore is called: pools then reuse connections that
-// answered read-only, as database/sql does by default. It is a test hook,
+// answered read-only or lacked a privilege, as database/sql does by
+// default. It is a test hook,
 // for the negative controls of the tests that prove the discarding (a
 // failover test that passes with it set proves nothing about the
 // discarding); nothing else calls it.

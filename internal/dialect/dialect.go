@@ -51,6 +51,13 @@ const (
 	// Shutdown means the server is shutting down or not yet accepting
 	// connections; the connection is discarded.
 	Shutdown
+	// Permission means the database user lacks a privilege the statement
+	// needs (MySQL, MariaDB and TiDB 1142, 1143, 1044; PostgreSQL 42501).
+	// Where the server applies a later GRANT to an open session only when
+	// that session next runs USE (MySQL and MariaDB, for privileges on a
+	// database), the connection is discarded (see Discard): a new one sees
+	// the grant.
+	Permission
 )
 
 // Renewed is the result of a successful single-statement lease renewal.
@@ -84,6 +91,11 @@ type Dialect interface {
 	CacheStatements() bool
 	// Classify sorts an error returned by the driver.
 	Classify(err error) Class
+	// Denied says what a Permission error refused, as the server named it:
+	// the privileges and the object ("INSERT, UPDATE on table
+	// `app`.`election_leaders`"). It returns "" for an error of another
+	// class.
+	Denied(err error) string
 	// Check inspects the connection settings of db when an election is
 	// created. It returns the options transactions owned by the library must
 	// be begun with, or an error naming a setting that is unsafe.

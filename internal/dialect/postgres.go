@@ -194,8 +194,24 @@ func (postgres) Classify(err error) Class {
 		return ReadOnly
 	case "57P01", "57P02", "57P03": // admin_shutdown, crash_shutdown, cannot_connect_now
 		return Shutdown
+	case "42501": // insufficient_privilege (checked at every statement: a GRANT applies to open sessions at once)
+		return Permission
 	}
 	return Other
+}
+
+// Denied reads the server's message of a privilege error, "permission
+// denied for table election_leaders", which names the object but not the
+// privilege.
+func (d postgres) Denied(err error) string {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || d.Classify(err) != Permission {
+		return ""
+	}
+	if obj, ok := strings.CutPrefix(pe.Message, "permission denied for "); ok {
+		return "a privilege on " + obj
+	}
+	return pe.Message
 }
 
 func (postgres) Check(ctx context.Context, db *gorm.DB) (*sql.TxOptions, error) {

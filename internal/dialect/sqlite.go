@@ -106,6 +106,9 @@ func (sqlite) Classify(err error) Class {
 	return Other
 }
 
+// Denied returns "": SQLite has no users, and so no privileges.
+func (sqlite) Denied(error) string { return "" }
+
 func (sqlite) Check(ctx context.Context, db *gorm.DB) (*sql.TxOptions, error) {
 	if err := sqliteAvailable(); err != nil {
 		return nil, err
