@@ -214,7 +214,7 @@ func logRoundFailure(log *slog.Logger, err error, failures int, retryIn time.Dur
 	case errors.Is(err, ErrReadOnly):
 		log.Error("election: the database is read-only (a standby or a read-only server); nobody can lead until it accepts writes",
 			"err", err, "failures", failures, "retry_in", retryIn)
-	case errors.Is(err, ErrPermissionDenied) && missing != denied:
+	case errors.Is(err, ErrPermissionDenied) && (failures == 1 || missing != denied):
 		log.Error("election: the database user lacks a privilege on the election tables; no candidate of this user can lead until it is granted",
 			"missing", missing, "err", err, "failures", failures, "retry_in", retryIn)
 		return missing
