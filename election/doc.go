@@ -146,10 +146,16 @@
 //     return in time keeps the seat until the lease expires by itself.
 //   - A server that refuses writes (a standby, a primary set read-only)
 //     makes every call that writes return ErrReadOnly; leaders step down
-//     when their trust window passes, and an Elector logs it at error level
-//     each round. Connections opened by session.Open that answered so are
+//     when their trust window passes, and Electors and Groups log it at
+//     error level each round. Connections opened by session.Open that answered so are
 //     discarded, so rounds recover as soon as the server (or, with a
 //     multi-host DSN, another host) accepts writes.
+//   - A database user that lacks a privilege on the tables gets
+//     ErrPermissionDenied; an Elector or Group names the privilege once at
+//     error level per streak of refused rounds. On MySQL and MariaDB,
+//     whose open sessions see a database-level GRANT only at their next
+//     USE, session.Open's pools discard the connection that was refused,
+//     so the round after the GRANT succeeds.
 //   - Invalid input returns a sentinel error (ErrInvalidCandidate,
 //     ErrInvalidNamespace, ErrInvalidOption, ErrNotMigrated, ...) and changes
 //     nothing.

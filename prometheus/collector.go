@@ -97,7 +97,7 @@ func NewCollector() *Collector {
 			Help:    "Duration of the election rounds of this process's Electors.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, ns),
 		errors: prom.NewCounterVec(prom.CounterOpts{Name: "sqlelect_errors_total",
-			Help: "Failed election rounds, by class (conflict, unreachable, timeout, canceled, not_migrated, read_only, invalid, other)."},
+			Help: "Failed election rounds, by class (conflict, unreachable, timeout, canceled, not_migrated, read_only, permission, invalid, other)."},
 			[]string{"namespace", "class"}),
 		wakes: prom.NewCounterVec(prom.CounterOpts{Name: "sqlelect_handoff_wakes_total",
 			Help: "Followers of this process woken early by a handoff, by source: local (this process), notify (PostgreSQL NOTIFY)."},
