@@ -148,12 +148,3 @@ func (c *counter) wait() <-chan struct{} {
 	defer c.mu.Unlock()
 	return c.empty
 }
-
-func (c *counter) idle() bool {
-	select {
-	case <-c.wait():
-		return true
-	default:
-		return false
-	}
-}

@@ -110,17 +110,6 @@ func (e *Election) readSeat(ctx context.Context, conn gorm.ConnPool, lock dialec
 	return s, nil
 }
 
-// peekSeat reads the seat unlocked, in a call of its own.
-func (e *Election) peekSeat(ctx context.Context) (seat, error) {
-	var s seat
-	err := e.autocommit(ctx, "Elect", nil, func(conn gorm.ConnPool, _ bool) error {
-		var err error
-		s, err = e.readSeat(ctx, conn, dialect.NoLock)
-		return err
-	})
-	return s, err
-}
-
 // lease is the seat as the protocol reports it: vacant when expired.
 func (e *Election) lease(s seat) Lease {
 	if !s.live() {
