@@ -27,11 +27,14 @@ const (
 	CandidatesTable = "election_candidates"
 	LeadersTable    = "election_leaders"
 	HistoryTable    = "election_history"
+	MembersTable    = "election_members"
 )
 
 // Candidate is one row of election_candidates: a process that takes part in
 // the election of one namespace. A candidate is live while ExpiresAt is later
-// than the database clock.
+// than the database clock, or, when MemberID is set, while that member's
+// row is live (schema version 3: a Group keeps its candidacy in all its
+// namespaces alive with one member row).
 type Candidate struct {
 	// Namespace is the election the candidate takes part in.
 	Namespace string `gorm:"column:namespace;primaryKey;size:191"`
@@ -52,10 +55,36 @@ type Candidate struct {
 	// Label is what the application said about the candidate, such as a pod
 	// name or a version: at most 255 bytes of UTF-8 (schema version 2).
 	Label string `gorm:"column:label;not null;default:'';size:255"`
+	// MemberID is the member row that keeps this candidacy alive (schema
+	// version 3): a Group's id, nil for a candidate that heartbeats its
+	// own row.
+	MemberID *uuid.UUID `gorm:"column:member_id;size:36"`
 }
 
 // TableName returns the table the model is stored in.
 func (Candidate) TableName() string { return CandidatesTable }
+
+// Member is one row of election_members (schema version 3): a process
+// that is a candidate in many namespaces (a Group) and keeps all those
+// candidacies alive by refreshing this one row, as an etcd lease is shared
+// by its keys. Its candidate rows point to it (Candidate.MemberID).
+type Member struct {
+	// MemberID identifies the process: the Group's candidate id.
+	MemberID uuid.UUID `gorm:"column:member_id;primaryKey;size:36"`
+	// Hostname, PID and Label are who the process is (see Candidate).
+	Hostname string `gorm:"column:hostname;not null;default:'';size:255"`
+	PID      int64  `gorm:"column:pid;not null;default:0"`
+	Label    string `gorm:"column:label;not null;default:'';size:255"`
+	// RegisteredAt, LastHeartbeatAt and ExpiresAt are as a Candidate's:
+	// the member, and every candidate row pointing to it, is live while
+	// ExpiresAt is later than the database clock.
+	RegisteredAt    time.Time `gorm:"column:registered_at;not null;precision:6"`
+	LastHeartbeatAt time.Time `gorm:"column:last_heartbeat_at;not null;precision:6"`
+	ExpiresAt       time.Time `gorm:"column:expires_at;not null;precision:6"`
+}
+
+// TableName returns the table the model is stored in.
+func (Member) TableName() string { return MembersTable }
 
 // Leader is one row of election_leaders: the leadership seat of one namespace.
 // The seat is vacant when LeaderID is nil. The row is never deleted, so Term

@@ -28,7 +28,7 @@ type column struct {
 // statements reads back through the models.
 func TestMigratedSchemaMatchesModels(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, db *gorm.DB) {
-		for _, model := range []any{&models.Candidate{}, &models.Leader{}, &models.Term{}} {
+		for _, model := range []any{&models.Candidate{}, &models.Leader{}, &models.Term{}, &models.Member{}} {
 			want := modelColumns(t, db, model)
 			got := tableColumns(t, db, model)
 			if d := cmp.Diff(want, got); d != "" {
