@@ -5,8 +5,8 @@ import "sync"
 // Fleet statements are the operator's reads of every namespace at once:
 // each is one statement whatever the number of namespaces, so a dashboard
 // refresh or a `sqlelect status` of a thousand namespaces costs the
-// database a constant number of statements. They only read, take no lock,
-// and each reads the database clock once.
+// database a constant number of statements. They only read and take no
+// lock.
 
 // liveCandidate is the condition under which the candidate row aliased c
 // is a live candidate at the time now (an SQL expression): the one
@@ -35,7 +35,8 @@ type FleetStatements struct {
 	// last_heartbeat_at, expires_at (NULL when the seat is vacant or the
 	// row is gone); the history row of the leader row's term: leader_id,
 	// hostname, pid, label, acquired_at, ended_at, end_reason (NULL when
-	// there is none); and the number of live candidates.
+	// there is none); and the number of live candidates (judged at a
+	// reading of the clock of its own in the same statement).
 	Seats string
 	// Candidates reads every live candidate of every namespace; no
 	// parameters. Columns: db_now, namespace, candidate_id, hostname, pid,
@@ -75,11 +76,20 @@ func buildFleet(d Dialect) *FleetStatements {
 	p := d.(pieces)
 	clock := "(SELECT " + p.now() + " AS n LIMIT 1) t"
 	return &FleetStatements{
+		// The namespaces and their live candidates come from one scan of
+		// each table, grouped (a count per namespace in a subquery would
+		// visit a namespace's rows through the index, page by page, and
+		// PostgreSQL's estimate of that reaches the cost at which it
+		// compiles the query first, for longer than it runs). The derived
+		// table reads the clock for the count; db_now is its own reading,
+		// microseconds apart.
 		Seats: finish(d, "SELECT t.n, s.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at, "+
 			"c.hostname, c.pid, c.label, c.last_heartbeat_at, c.expires_at, "+
-			"h.leader_id, h.hostname, h.pid, h.label, h.acquired_at, h.ended_at, h.end_reason, "+
-			"(SELECT COUNT(*) FROM election_candidates e WHERE e.namespace = s.namespace AND "+liveCandidate("e", "t.n")+") "+
-			"FROM "+clock+" CROSS JOIN (SELECT namespace FROM election_leaders UNION SELECT namespace FROM election_candidates) s "+
+			"h.leader_id, h.hostname, h.pid, h.label, h.acquired_at, h.ended_at, h.end_reason, s.live "+
+			"FROM "+clock+" CROSS JOIN (SELECT x.namespace, SUM(x.live) AS live FROM ("+
+			"SELECT namespace, 0 AS live FROM election_leaders UNION ALL "+
+			"SELECT e.namespace, CASE WHEN "+liveCandidate("e", "u.n")+" THEN 1 ELSE 0 END FROM (SELECT "+p.now()+" AS n LIMIT 1) u "+
+			"CROSS JOIN election_candidates e) x GROUP BY x.namespace) s "+
 			"LEFT JOIN election_leaders l ON l.namespace = s.namespace "+
 			"LEFT JOIN election_candidates c ON c.namespace = l.namespace AND c.candidate_id = l.leader_id "+
 			"LEFT JOIN election_history h ON h.namespace = l.namespace AND h.term = l.term"),
@@ -88,11 +98,15 @@ func buildFleet(d Dialect) *FleetStatements {
 			"FROM "+clock+" JOIN election_candidates c ON "+liveCandidate("c", "t.n")+" "+
 			"LEFT JOIN election_leaders l ON l.namespace = c.namespace AND l.leader_id = c.candidate_id AND "+liveLease("l", "t.n")+" "+
 			"ORDER BY c.namespace, c.candidate_id"),
-		Processes: finish(d, "SELECT t.n, c.hostname, c.pid, c.label, COUNT(*), COUNT(DISTINCT c.candidate_id), "+
-			"SUM(CASE WHEN l.namespace IS NULL THEN 0 ELSE 1 END), MAX(c.last_heartbeat_at) "+
+		// Grouped by candidate first, then by identity: two hash
+		// aggregates, where COUNT(DISTINCT) would sort every row.
+		Processes: finish(d, "SELECT MAX(p.n), p.hostname, p.pid, p.label, SUM(p.k), COUNT(*), SUM(p.leads), MAX(p.hb) FROM ("+
+			"SELECT t.n, c.hostname, c.pid, c.label, c.candidate_id, COUNT(*) AS k, "+
+			"SUM(CASE WHEN l.namespace IS NULL THEN 0 ELSE 1 END) AS leads, MAX(c.last_heartbeat_at) AS hb "+
 			"FROM "+clock+" JOIN election_candidates c ON "+liveCandidate("c", "t.n")+" "+
 			"LEFT JOIN election_leaders l ON l.namespace = c.namespace AND l.leader_id = c.candidate_id AND "+liveLease("l", "t.n")+" "+
-			"GROUP BY t.n, c.hostname, c.pid, c.label"),
+			"GROUP BY t.n, c.hostname, c.pid, c.label, c.candidate_id) p "+
+			"GROUP BY p.hostname, p.pid, p.label"),
 		Terms: finish(d, "SELECT t.n, h.namespace, h.term, h.leader_id, h.hostname, h.pid, h.label, h.acquired_at, h.ended_at, h.end_reason "+
 			"FROM "+clock+" CROSS JOIN election_leaders l "+
 			"JOIN election_history h ON h.namespace = l.namespace AND h.term > l.term - ? AND h.term <= l.term "+
