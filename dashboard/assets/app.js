@@ -117,7 +117,7 @@
     const a = el("div", "axis");
     const mins = Math.round(windowMS / 60000);
     for (const f of [0, 0.25, 0.5, 0.75, 1]) {
-      const s = el("span", null, f === 1 ? "now" : "−" + Math.round(mins * (1 - f)) + " min");
+      const s = el("span", f === 0.25 || f === 0.75 ? "quarter" : null, f === 1 ? "now" : "−" + Math.round(mins * (1 - f)) + " min");
       s.style.left = 100 * f + "%";
       a.appendChild(s);
     }
@@ -412,7 +412,7 @@
     const wrap = el("div", "scroll");
     const table = el("table", "history");
     const head = el("tr");
-    for (const h of ["Term", "Leader", "From", "Until", "Ended"]) head.appendChild(el("th", null, h));
+    for (const h of ["Term", "Leader", "From", "Until", "Ended"]) head.appendChild(el("th", h === "Term" ? "num" : null, h));
     const thead = el("thead");
     thead.appendChild(head);
     table.appendChild(thead);
