@@ -182,7 +182,8 @@ func TestBrowserFleet(t *testing.T) {
 	tg := testdb.Only(t, "postgres")
 	n, procs := fleetSize(t)
 	b := startBrowser(t, 1280, 1000)
-	srv, counter, db := countedHandler(t, tg, dashboard.WithRefresh(2*time.Second))
+	fs, db := countedHandler(t, tg, dashboard.WithRefresh(2*time.Second))
+	srv, counter := fs.srv, fs.counter
 	nss := make([]string, n)
 	for i := range nss {
 		nss[i] = fmt.Sprintf("tenant-%04d", i)
@@ -260,6 +261,14 @@ func TestBrowserFleet(t *testing.T) {
 		t.Errorf("%d processes leading %d seats, want %d leading %d", len(st.Processes), leads, procs, n)
 	}
 
+	// Beside it, in the same run: what a refresh cost when the page read
+	// each namespace on its own (LeaderInfo, Candidates and History(10)
+	// per namespace, after ListNamespaces and the clock), and the size of
+	// the JSON that carried every namespace with its candidates and terms.
+	perNS, perNSStmts, perNSSize := perNamespaceRefresh(t, fs)
+	t.Logf("BASELINE %dx%d on %s: reading each namespace on its own: %d statements, %v, %d bytes of JSON",
+		n, procs, tg.Name, perNSStmts, perNS.Round(time.Millisecond), perNSSize)
+
 	// The page: loaded until it shows the table's first page.
 	b.call(t, b.session, "Page.navigate", map[string]any{"url": srv.URL + "/"}, nil)
 	b.waitEval(t, 30*time.Second, "the first page of the table",
@@ -325,4 +334,59 @@ func TestBrowserFleet(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// perNamespaceRefresh reads, on the dashboard's counted pool, what one
+// refresh read before the fleet reads: every namespace's leader,
+// candidates and ten terms, one namespace after the other. It returns the
+// time, the statements and the size of that data as JSON.
+func perNamespaceRefresh(t *testing.T, fs fleetServer) (time.Duration, int64, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	counter := fs.counter
+	e, err := election.New(fs.counted, election.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type nsState struct {
+		Namespace  string                   `json:"namespace"`
+		Leader     election.LeaderInfo      `json:"leader"`
+		Candidates []election.CandidateInfo `json:"candidates"`
+		History    []election.TermRecord    `json:"history"`
+	}
+	before := counter.Snapshot()
+	start := time.Now()
+	nss, err := e.ListNamespaces(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Now(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var all []nsState
+	for _, ns := range nss {
+		x, err := e.ForNamespace(ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := nsState{Namespace: ns}
+		if st.Leader, err = x.LeaderInfo(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if st.Candidates, err = x.Candidates(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if st.History, err = x.History(ctx, 10); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, st)
+	}
+	took := time.Since(start)
+	stmts := statements(counter.Snapshot().Sub(before))
+	raw, err := json.Marshal(all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return took, stmts, len(raw)
 }

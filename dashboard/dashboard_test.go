@@ -335,8 +335,8 @@ func TestQuery(t *testing.T) {
 
 // countedHandler serves the dashboard of a new, migrated database (so that
 // no other test's namespaces are in it) on a pool that counts its
-// statements; setup writes the elections on another pool.
-func countedHandler(t *testing.T, tg testdb.Target, opts ...dashboard.Option) (*httptest.Server, *rtcount.Counter, *gorm.DB) {
+// statements, and returns another pool on it, to write the elections.
+func countedHandler(t *testing.T, tg testdb.Target, opts ...dashboard.Option) (fleetServer, *gorm.DB) {
 	t.Helper()
 	dsn := testdb.Fresh(t, tg)
 	c := &rtcount.Counter{}
@@ -356,7 +356,14 @@ func countedHandler(t *testing.T, tg testdb.Target, opts ...dashboard.Option) (*
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return srv, c, testdb.OpenDSN(t, dsn)
+	return fleetServer{srv: srv, counter: c, counted: counted}, testdb.OpenDSN(t, dsn)
+}
+
+// fleetServer is a dashboard on a counted pool.
+type fleetServer struct {
+	srv     *httptest.Server
+	counter *rtcount.Counter
+	counted *gorm.DB // the dashboard's pool
 }
 
 // statements is the number of statements counted: every driver call but
@@ -372,7 +379,8 @@ func statements(c rtcount.Counts) int64 {
 func TestStatementsPerRefresh(t *testing.T) {
 	for _, tg := range testdb.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
-			srv, counter, db := countedHandler(t, tg)
+			fs, db := countedHandler(t, tg)
+			srv, counter := fs.srv, fs.counter
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			e, err := election.New(db, election.WithLogger(quiet), election.WithLabel("w"))
