@@ -1,8 +1,24 @@
-// Package dashboard serves a live web page of the elections in a database:
-// every namespace with its leader (identity, term, a countdown of the lease
-// by the database clock), its live candidates, and a timeline of its recent
-// terms with how each ended. The page polls a JSON endpoint, so it updates
-// without reloading; its assets are embedded, so it works offline.
+// Package dashboard serves a live web page of the elections in a database,
+// made for fleets of a thousand namespaces as much as for a handful:
+//
+//   - a summary: how many namespaces, how many led and without a leader,
+//     the leadership changes of the last hour and how the terms ended
+//     (handoffs, expiries, operators' vacates);
+//   - the fleet's timeline of the last hour: for each process, how many
+//     seats it led minute by minute, and the terms that ended, by how;
+//   - a table of the namespaces, filtered by name, by leader or to those
+//     without a leader, sorted by any column and paged by the server:
+//     leader, term, lease left (counting down by the database clock),
+//     candidates, and the namespace's terms of the last hour as bars;
+//   - the processes, with how many seats each leads, so that balance shows
+//     at a glance (a click filters the table to a process's seats);
+//   - a namespace's detail: its leader, candidates, history and timeline.
+//
+// The page polls a JSON endpoint, so it updates without reloading; its
+// assets are embedded, so it works offline. One refresh costs the database
+// three statements (five with a namespace's detail open), whatever the
+// number of namespaces: the fleet reads of package election (ListSeats,
+// ListRecentTerms, ListProcesses).
 //
 // Mount the handler in an admin server of your own:
 //
@@ -15,7 +31,7 @@
 // Routes, relative to where the handler is mounted:
 //
 //	GET  /            the page
-//	GET  /api/state   every namespace as JSON (see State)
+//	GET  /api/state   the state as JSON (see State), for the query in its parameters (see ParseQuery)
 //	POST /api/resign  end the term the page showed; only with WithResign
 //
 // The page is read-only unless WithResign is given. Resigning then takes a
@@ -24,6 +40,7 @@
 // vacate seats, so serve it only to trusted operators (on a loopback or
 // admin-only address, or behind your own authentication).
 //
+// Every name from the database goes into the page as text, never as HTML.
 // Database errors are logged (WithLogger), never sent to the browser.
 package dashboard
 
@@ -49,7 +66,6 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/sqlelect/sqlelect/election"
-	"github.com/sqlelect/sqlelect/internal/dialect"
 )
 
 //go:embed assets
@@ -75,7 +91,9 @@ func WithSchema(name string) Option {
 }
 
 // WithNamespaces limits the page to these namespaces; by default it shows
-// every namespace in the tables, including those that appear later.
+// every namespace in the tables, including those that appear later. The
+// page then counts processes and candidates over these namespaces only,
+// from every live candidate (ListAllCandidates in place of ListProcesses).
 func WithNamespaces(ns ...string) Option {
 	return func(c *config) error {
 		if len(ns) == 0 {
@@ -86,8 +104,8 @@ func WithNamespaces(ns ...string) Option {
 	}
 }
 
-// WithHistory sets how many recent terms of each namespace the timeline
-// shows (default 10, at most 100).
+// WithHistory sets how many recent terms a namespace's detail lists
+// (default 10, at most 100).
 func WithHistory(n int) Option {
 	return func(c *config) error {
 		if n < 1 || n > 100 {
@@ -138,7 +156,6 @@ func WithLogger(l *slog.Logger) Option {
 // Handler is the dashboard's http.Handler.
 type Handler struct {
 	db   *gorm.DB
-	d    dialect.Dialect
 	cfg  config
 	csrf string
 	page *template.Template
@@ -164,10 +181,6 @@ func New(db *gorm.DB, opts ...Option) (*Handler, error) {
 	if db == nil {
 		return nil, errors.New("dashboard: nil database")
 	}
-	d, err := dialect.For(db)
-	if err != nil {
-		return nil, fmt.Errorf("dashboard: %w", err)
-	}
 	var tok [16]byte
 	if _, err := rand.Read(tok[:]); err != nil {
 		return nil, err
@@ -176,7 +189,7 @@ func New(db *gorm.DB, opts ...Option) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Handler{db: db, d: d, cfg: c, csrf: hex.EncodeToString(tok[:]), page: page, elections: map[string]*election.Election{}}
+	h := &Handler{db: db, cfg: c, csrf: hex.EncodeToString(tok[:]), page: page, elections: map[string]*election.Election{}}
 	// One Election to check the settings and list namespaces.
 	if _, err := h.election(context.Background(), election.DefaultNamespace); err != nil {
 		return nil, err
@@ -249,132 +262,13 @@ func (h *Handler) servePage(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// State is what GET /api/state returns.
-type State struct {
-	// Now is the database clock when the state was read (UTC).
-	Now time.Time `json:"now"`
-	// RefreshMS is how often the page polls, in milliseconds.
-	RefreshMS int64 `json:"refresh_ms"`
-	// Resign tells whether POST /api/resign is enabled.
-	Resign bool `json:"resign"`
-	// Namespaces are sorted by name.
-	Namespaces []Namespace `json:"namespaces"`
-}
-
-// Namespace is one namespace in State.
-type Namespace struct {
-	Name string `json:"namespace"`
-	// Leader is nil when the seat is vacant.
-	Leader *Leader `json:"leader"`
-	// Candidates are the live candidates, sorted by id.
-	Candidates []Candidate `json:"candidates"`
-	// History is the recent terms, newest first.
-	History []Term `json:"history"`
-}
-
-// Leader is a namespace's current lease and its holder.
-type Leader struct {
-	ID               uuid.UUID `json:"id"`
-	Term             int64     `json:"term"`
-	Hostname         string    `json:"hostname"`
-	PID              int       `json:"pid"`
-	Label            string    `json:"label"`
-	AcquiredAt       time.Time `json:"acquired_at"`
-	ExpiresAt        time.Time `json:"expires_at"`
-	LeaseRemainingMS int64     `json:"lease_remaining_ms"` // by the database clock
-	// LeaseWindowMS is the lease's full length as each renewal sets it: the
-	// leader's expiry window (its Election's WithExpire), read from its
-	// candidate row (expires_at minus last_heartbeat_at). Zero when the
-	// leader has no live candidate row.
-	LeaseWindowMS int64 `json:"lease_window_ms"`
-}
-
-// Candidate is a live candidate.
-type Candidate struct {
-	ID              uuid.UUID `json:"id"`
-	Hostname        string    `json:"hostname"`
-	PID             int       `json:"pid"`
-	Label           string    `json:"label"`
-	Leader          bool      `json:"leader"`
-	LastHeartbeatAt time.Time `json:"last_heartbeat_at"`
-}
-
-// Term is one term of the timeline.
-type Term struct {
-	Term       int64      `json:"term"`
-	Leader     uuid.UUID  `json:"leader"`
-	Hostname   string     `json:"hostname"`
-	PID        int        `json:"pid"`
-	Label      string     `json:"label"`
-	AcquiredAt time.Time  `json:"acquired_at"`
-	EndedAt    *time.Time `json:"ended_at"`   // null while running
-	EndReason  string     `json:"end_reason"` // "" while running
-}
-
-// ReadState reads what /api/state serves.
-func (h *Handler) ReadState(ctx context.Context) (State, error) {
-	ctx, cancel := context.WithTimeout(ctx, h.cfg.timeout)
-	defer cancel()
-	nss := h.cfg.namespaces
-	if nss == nil {
-		e, err := h.election(ctx, election.DefaultNamespace)
-		if err != nil {
-			return State{}, err
-		}
-		if nss, err = e.ListNamespaces(ctx); err != nil {
-			return State{}, err
-		}
-	}
-	var now dialect.Time
-	if err := h.db.WithContext(ctx).Raw(h.d.Statements().Clock).Row().Scan(&now); err != nil {
-		return State{}, err
-	}
-	st := State{Now: now.Time.UTC(), RefreshMS: h.cfg.refresh.Milliseconds(), Resign: h.cfg.resign, Namespaces: []Namespace{}}
-	for _, ns := range slices.Sorted(slices.Values(nss)) {
-		e, err := h.election(ctx, ns)
-		if err != nil {
-			return State{}, err
-		}
-		info, err := e.LeaderInfo(ctx)
-		if err != nil {
-			return State{}, err
-		}
-		cands, err := e.Candidates(ctx)
-		if err != nil {
-			return State{}, err
-		}
-		terms, err := e.History(ctx, h.cfg.history)
-		if err != nil {
-			return State{}, err
-		}
-		n := Namespace{Name: ns, Candidates: []Candidate{}, History: []Term{}}
-		if l := info.Lease; !l.Vacant() {
-			n.Leader = &Leader{ID: l.Leader, Term: l.Term, Hostname: info.Identity.Hostname, PID: info.Identity.PID, Label: info.Identity.Label,
-				AcquiredAt: l.AcquiredAt.UTC(), ExpiresAt: l.ExpiresAt.UTC(), LeaseRemainingMS: max(l.ExpiresAt.Sub(now.Time), 0).Milliseconds()}
-		}
-		for _, c := range cands {
-			if c.Leader && n.Leader != nil && c.ID == n.Leader.ID {
-				n.Leader.LeaseWindowMS = max(c.ExpiresAt.Sub(c.LastHeartbeatAt), 0).Milliseconds()
-			}
-			n.Candidates = append(n.Candidates, Candidate{ID: c.ID, Hostname: c.Identity.Hostname, PID: c.Identity.PID, Label: c.Identity.Label,
-				Leader: c.Leader, LastHeartbeatAt: c.LastHeartbeatAt.UTC()})
-		}
-		for _, t := range terms {
-			tr := Term{Term: t.Term, Leader: t.Leader, Hostname: t.Identity.Hostname, PID: t.Identity.PID, Label: t.Identity.Label,
-				AcquiredAt: t.AcquiredAt.UTC(), EndReason: string(t.EndReason)}
-			if t.Ended() {
-				end := t.EndedAt.UTC()
-				tr.EndedAt = &end
-			}
-			n.History = append(n.History, tr)
-		}
-		st.Namespaces = append(st.Namespaces, n)
-	}
-	return st, nil
-}
-
 func (h *Handler) serveState(w http.ResponseWriter, r *http.Request) {
-	st, err := h.ReadState(r.Context())
+	q, err := ParseQuery(r.URL.Query())
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	st, err := h.ReadState(r.Context(), q)
 	if err != nil {
 		// The error's text may name tables, hosts or users: it goes to the
 		// log, and the browser gets what it can act on.

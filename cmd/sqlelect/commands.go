@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -19,7 +21,6 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/sqlelect/sqlelect/election"
-	"github.com/sqlelect/sqlelect/internal/dialect"
 	"github.com/sqlelect/sqlelect/migrate"
 	"github.com/sqlelect/sqlelect/session"
 )
@@ -31,8 +32,18 @@ type common struct {
 	json    bool
 	timeout time.Duration
 
+	// allowUnknown, set by --allow-unknown, shows a namespace named on
+	// the command line that nobody ever used as empty instead of failing.
+	allowUnknown bool
+
 	base *election.Election // the first Election made, checked
 	log  *slog.Logger       // the library's warnings, to stderr
+}
+
+// addAllowUnknown adds --allow-unknown to a command that takes namespaces.
+func addAllowUnknown(fs *flag.FlagSet, c *common) {
+	fs.BoolVar(&c.allowUnknown, "allow-unknown", false,
+		"treat a namespace nobody has used as empty instead of failing with \"no such namespace\"")
 }
 
 // flags returns a flag set for a command, with the common flags. Its help
@@ -75,13 +86,22 @@ func (e env) parse(fs *flag.FlagSet, args []string) ([]string, int) {
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
-			return pos, -1
+			break
 		}
 		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
-			return append(pos, rest...), -1
+			pos = append(pos, rest...)
+			break
 		}
 		pos, args = append(pos, rest[0]), rest[1:]
 	}
+	// A bound of zero or less would fail every call with "context deadline
+	// exceeded": it is a mistake in the command line.
+	if f := fs.Lookup("timeout"); f != nil {
+		if d, ok := f.Value.(flag.Getter).Get().(time.Duration); ok && d <= 0 {
+			return nil, e.usageError(fs, fmt.Sprintf("--timeout must be positive, got %v", d))
+		}
+	}
+	return pos, -1
 }
 
 // wantsHelp reports whether args ask for help before any "--".
@@ -97,16 +117,45 @@ func wantsHelp(args []string) bool {
 	return false
 }
 
-// open opens the database the flags or the environment name.
+// open opens the database the flags or the environment name, creating a
+// SQLite file that does not exist: for migrate up only.
 func (e env) open(c *common) (*gorm.DB, error) {
+	dsn, err := e.dsn(c)
+	if err != nil {
+		return nil, err
+	}
+	return session.Open(dsn, &gorm.Config{Logger: logger.Discard})
+}
+
+// openExisting opens the database the flags or the environment name, which
+// must exist: a SQLite path that names no file is an error, and no file is
+// created (a mistyped path must not become an empty database that the
+// next command is then told to migrate).
+func (e env) openExisting(c *common) (*gorm.DB, error) {
+	dsn, err := e.dsn(c)
+	if err != nil {
+		return nil, err
+	}
+	if path := missingSQLite(dsn); path != "" {
+		where := strconv.Quote(path)
+		if abs, err := filepath.Abs(path); err == nil && abs != path {
+			where += " (" + strconv.Quote(abs) + ")"
+		}
+		return nil, fmt.Errorf("the SQLite database %s does not exist (is the path right? only `sqlelect migrate up` creates a database)", where)
+	}
+	return session.Open(dsn, &gorm.Config{Logger: logger.Discard})
+}
+
+// dsn returns the DSN the flags or the environment name.
+func (e env) dsn(c *common) (string, error) {
 	dsn := c.dsn
 	if dsn == "" {
 		dsn = e.getenv("SQLELECT_DSN")
 	}
 	if dsn == "" {
-		return nil, errors.New("no database: pass --dsn or set SQLELECT_DSN")
+		return "", errors.New("no database: pass --dsn or set SQLELECT_DSN")
 	}
-	return session.Open(dsn, &gorm.Config{Logger: logger.Discard})
+	return dsn, nil
 }
 
 func closeDB(db *gorm.DB) {
@@ -134,13 +183,34 @@ func (c *common) election(ctx context.Context, db *gorm.DB, ns string) (*electio
 	return e, err
 }
 
+// known fails with errNoSuchNamespace, naming the closest known names,
+// unless every one of named is a namespace in the tables (or
+// --allow-unknown).
+func (c *common) known(ctx context.Context, db *gorm.DB, named []string) error {
+	if len(named) == 0 || c.allowUnknown {
+		return nil
+	}
+	el, err := c.election(ctx, db, election.DefaultNamespace)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	known, err := el.ListNamespaces(cctx)
+	if err != nil {
+		return err
+	}
+	return unknownNamespaces(named, known)
+}
+
 // fail prints err and returns exitError; a missing table says what to run.
+// A line the error repeats is printed once.
 func (e env) fail(err error) int {
 	if errors.Is(err, election.ErrNotMigrated) {
 		fmt.Fprintln(e.stderr, "sqlelect: the election tables are missing: run `sqlelect migrate up`")
 		return exitError
 	}
-	fmt.Fprintln(e.stderr, "sqlelect:", err)
+	fmt.Fprintln(e.stderr, "sqlelect:", dedupeLines(err.Error()))
 	return exitError
 }
 
@@ -159,19 +229,6 @@ func writeJSON(w io.Writer, v any) error {
 	}
 	_, err = w.Write(append(b, '\n'))
 	return err
-}
-
-// dbNow reads the database clock.
-func dbNow(ctx context.Context, db *gorm.DB) (time.Time, error) {
-	d, err := dialect.For(db)
-	if err != nil {
-		return time.Time{}, err
-	}
-	var now dialect.Time
-	if err := db.WithContext(ctx).Raw(d.Statements().Clock).Row().Scan(&now); err != nil {
-		return time.Time{}, err
-	}
-	return now.Time, nil
 }
 
 // local formats a database time in the user's zone, with its offset from
@@ -217,7 +274,8 @@ func (e env) migrate(ctx context.Context, args []string) int {
 	}
 	switch args[0] {
 	case "up":
-		fs, c := e.flags("migrate up", "", "Creates or upgrades the election tables. Safe to run from several processes at once.",
+		fs, c := e.flags("migrate up", "", "Creates or upgrades the election tables, and says which versions it applied. Safe to run from\n"+
+			"several processes at once. It is the only command that creates a database (a SQLite file) that does not exist.",
 			"sqlelect migrate up --dsn 'postgres://app@db:5432/app'", false)
 		pos, code := e.parse(fs, args[1:])
 		if code >= 0 {
@@ -237,10 +295,39 @@ func (e env) migrate(ctx context.Context, args []string) int {
 		}
 		cctx, cancel := context.WithTimeout(ctx, c.timeout)
 		defer cancel()
+		// The versions pending before and applied after are those this
+		// command applied (or another process applying them at the same
+		// time, which Up waits for).
+		before, err := migrate.Status(cctx, db, opts...)
+		if err != nil {
+			return e.fail(err)
+		}
 		if err := migrate.Up(cctx, db, opts...); err != nil {
 			return e.fail(err)
 		}
-		fmt.Fprintln(e.stdout, "the election tables are up to date")
+		after, err := migrate.Status(cctx, db, opts...)
+		if err != nil {
+			return e.fail(err)
+		}
+		var applied []string
+		latest := int64(0)
+		for i, m := range after {
+			if m.Applied {
+				latest = m.Version
+			}
+			if m.Applied && i < len(before) && !before[i].Applied {
+				applied = append(applied, fmt.Sprintf("%d (%s)", m.Version, m.Name))
+			}
+		}
+		if len(applied) == 0 {
+			fmt.Fprintf(e.stdout, "the election tables are already up to date (version %d); nothing applied\n", latest)
+			return exitOK
+		}
+		word := "version"
+		if len(applied) > 1 {
+			word = "versions"
+		}
+		fmt.Fprintf(e.stdout, "applied %s %s; the election tables are up to date (version %d)\n", word, strings.Join(applied, ", "), latest)
 		return exitOK
 	case "status":
 		fs, c := e.flags("migrate status", "",
@@ -254,7 +341,7 @@ func (e env) migrate(ctx context.Context, args []string) int {
 		if len(pos) > 0 {
 			return e.usageError(fs, "migrate status takes no arguments")
 		}
-		db, err := e.open(c)
+		db, err := e.openExisting(c)
 		if err != nil {
 			return e.fail(err)
 		}
@@ -363,84 +450,91 @@ type statusRow struct {
 	Candidates       int        `json:"candidates"`
 }
 
-// namespaces returns the namespaces args name, or every namespace in the
-// tables.
-func (e env) namespaces(ctx context.Context, db *gorm.DB, c *common, args []string) ([]string, error) {
-	if len(args) > 0 {
-		return args, nil
-	}
+// seats reads every seat in one statement, and returns those named (in
+// the order given, a namespace without a seat as vacant), or all of them.
+func (c *common) seats(ctx context.Context, db *gorm.DB, named []string) (election.SeatList, error) {
 	el, err := c.election(ctx, db, election.DefaultNamespace)
 	if err != nil {
-		return nil, err
+		return election.SeatList{}, err
 	}
 	cctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	return el.ListNamespaces(cctx)
-}
-
-func (e env) readStatus(ctx context.Context, db *gorm.DB, c *common, ns string) (statusRow, error) {
-	el, err := c.election(ctx, db, ns)
-	if err != nil {
-		return statusRow{}, err
+	list, err := el.ListSeats(cctx)
+	if err != nil || len(named) == 0 {
+		return list, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	info, err := el.LeaderInfo(cctx)
-	if err != nil {
-		return statusRow{}, err
+	byName := make(map[string]election.SeatInfo, len(list.Seats))
+	for _, s := range list.Seats {
+		byName[s.Namespace] = s
 	}
-	cands, err := el.Candidates(cctx)
-	if err != nil {
-		return statusRow{}, err
+	out := election.SeatList{Now: list.Now}
+	for _, ns := range named {
+		s, ok := byName[ns]
+		if !ok {
+			s = election.SeatInfo{Namespace: ns, Lease: election.Lease{Namespace: ns}}
+		}
+		out.Seats = append(out.Seats, s)
 	}
-	now, err := dbNow(cctx, db)
-	if err != nil {
-		return statusRow{}, err
-	}
-	r := statusRow{Namespace: ns, Candidates: len(cands)}
-	if l := info.Lease; !l.Vacant() {
-		id := l.Leader
-		r.Leader, r.Term = &id, l.Term
-		r.Hostname, r.PID, r.Label = info.Identity.Hostname, info.Identity.PID, info.Identity.Label
-		r.AcquiredAt, r.ExpiresAt = jsonTime(l.AcquiredAt), jsonTime(l.ExpiresAt)
-		r.LeaseRemainingMS = max(l.ExpiresAt.Sub(now), 0).Milliseconds()
-	}
-	return r, nil
+	return out, nil
 }
 
 func (e env) status(ctx context.Context, args []string) int {
 	fs, c := e.flags("status", "[namespace...]",
 		"Shows each namespace's leader (id and identity: host/pid [label]), term, the lease left by the database\n"+
-			"clock, and how many live candidates it has. Without namespaces, every namespace in the tables.\n\n"+
-			"JSON fields: namespace, leader (null when vacant), term, hostname, pid, label, acquired_at, expires_at\n"+
-			"(RFC 3339, UTC), lease_remaining_ms, candidates.\n\n"+
+			"clock, and how many live candidates it has, then a one-line summary: how many namespaces are led, how\n"+
+			"many have no leader, and how many leadership changes the last hour saw. Without namespaces, every\n"+
+			"namespace in the tables; --unled, --leader and --match keep some of them. The seats of every namespace\n"+
+			"are read with one statement, whatever their number. A namespace named that nobody ever used is an\n"+
+			"error (\"no such namespace\", with the closest names) unless --allow-unknown.\n\n"+
+			"JSON fields (one object per namespace, no summary): namespace, leader (null when vacant), term, hostname,\n"+
+			"pid, label, acquired_at, expires_at (RFC 3339, UTC), lease_remaining_ms, candidates.\n\n"+
 			"With --require-leader it exits 1 when a namespace shown has no leader, for scripts and cron checks.",
 		"sqlelect status --require-leader scheduler reaper", true)
 	requireLeader := fs.Bool("require-leader", false, "exit 1 when a namespace shown has no leader")
-	nss, code := e.parse(fs, args)
+	addAllowUnknown(fs, c)
+	f := addFilterFlags(fs)
+	named, code := e.parse(fs, args)
 	if code >= 0 {
 		return code
 	}
-	db, err := e.open(c)
+	if msg := f.check(); msg != "" {
+		return e.usageError(fs, msg)
+	}
+	if msg := checkNamespaces(named); msg != "" {
+		return e.usageError(fs, msg)
+	}
+	db, err := e.openExisting(c)
 	if err != nil {
 		return e.fail(err)
 	}
 	defer closeDB(db)
-	if nss, err = e.namespaces(ctx, db, c, nss); err != nil {
+	if err := c.known(ctx, db, named); err != nil {
 		return e.fail(err)
 	}
+	list, err := c.seats(ctx, db, named)
+	if err != nil {
+		return e.fail(err)
+	}
+	var shown []election.SeatInfo
+	for _, s := range list.Seats {
+		if f.keep(s.Namespace, s.Lease.Leader, s.Identity) {
+			shown = append(shown, s)
+		}
+	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	if !c.json {
+	if !c.json && len(shown) > 0 {
 		fmt.Fprintln(tw, "NAMESPACE\tLEADER\tIDENTITY\tTERM\tLEASE LEFT\tCANDIDATES")
 	}
 	leaderless := 0
-	for _, ns := range nss {
-		r, err := e.readStatus(ctx, db, c, ns)
-		if err != nil {
-			tw.Flush()
-			return e.fail(fmt.Errorf("namespace %q: %w", ns, err))
-		}
-		if r.Leader == nil {
+	for _, s := range shown {
+		r := statusRow{Namespace: s.Namespace, Candidates: s.Candidates}
+		if l := s.Lease; !l.Vacant() {
+			id := l.Leader
+			r.Leader, r.Term = &id, l.Term
+			r.Hostname, r.PID, r.Label = s.Identity.Hostname, s.Identity.PID, s.Identity.Label
+			r.AcquiredAt, r.ExpiresAt = jsonTime(l.AcquiredAt), jsonTime(l.ExpiresAt)
+			r.LeaseRemainingMS = max(l.ExpiresAt.Sub(list.Now), 0).Milliseconds()
+		} else {
 			leaderless++
 		}
 		if c.json {
@@ -450,22 +544,79 @@ func (e env) status(ctx context.Context, args []string) int {
 			continue
 		}
 		if r.Leader == nil {
-			fmt.Fprintf(tw, "%s\t(none)\t-\t-\t-\t%d\n", ns, r.Candidates)
+			fmt.Fprintf(tw, "%s\t(none)\t-\t-\t-\t%d\n", s.Namespace, r.Candidates)
 			continue
 		}
-		ident := election.Identity{Hostname: r.Hostname, PID: r.PID, Label: r.Label}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%v\t%d\n", ns, r.Leader, ident, r.Term,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%v\t%d\n", s.Namespace, r.Leader, s.Identity, r.Term,
 			time.Duration(r.LeaseRemainingMS)*time.Millisecond, r.Candidates)
 	}
 	tw.Flush()
-	if !c.json && len(nss) == 0 {
-		fmt.Fprintln(e.stdout, "no namespaces yet")
+	if !c.json {
+		if err := e.statusSummary(ctx, db, c, list, shown, f.active() || len(named) > 0); err != nil {
+			return e.fail(err)
+		}
 	}
 	if *requireLeader && leaderless > 0 {
 		fmt.Fprintf(e.stderr, "sqlelect: %d namespace(s) without a leader\n", leaderless)
 		return exitError
 	}
 	return exitOK
+}
+
+// statusSummary prints status's last line: the namespaces shown, led and
+// not, and the leadership changes (terms granted) of the last hour among
+// them, read in one statement.
+func (e env) statusSummary(ctx context.Context, db *gorm.DB, c *common, list election.SeatList, shown []election.SeatInfo, selected bool) error {
+	if len(list.Seats) == 0 {
+		fmt.Fprintln(e.stdout, "no namespaces yet")
+		return nil
+	}
+	if len(shown) == 0 {
+		fmt.Fprintf(e.stdout, "no namespace matches (of %d)\n", len(list.Seats))
+		return nil
+	}
+	el, err := c.election(ctx, db, election.DefaultNamespace)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	terms, err := el.ListRecentTerms(cctx, time.Hour)
+	if err != nil {
+		return err
+	}
+	in := make(map[string]bool, len(shown))
+	led := 0
+	for _, s := range shown {
+		in[s.Namespace] = true
+		if !s.Lease.Vacant() {
+			led++
+		}
+	}
+	changes := 0
+	for _, t := range terms {
+		if in[t.Namespace] && t.AcquiredAt.After(list.Now.Add(-time.Hour)) {
+			changes++
+		}
+	}
+	line := fmt.Sprintf("%s: %d led, %d without a leader; %s in the last hour",
+		plural(len(shown), "namespace"), led, len(shown)-led, plural(changes, "leadership change"))
+	if selected {
+		line += fmt.Sprintf(" (%d of %d namespaces shown)", len(shown), len(list.Seats))
+	}
+	fmt.Fprintf(e.stdout, "\n%s\n", line)
+	return nil
+}
+
+// plural is n and the noun, in the plural unless n is 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	if strings.HasSuffix(noun, "s") {
+		return fmt.Sprintf("%d %ses", n, noun)
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // ---- candidates
@@ -483,42 +634,87 @@ type candidateRow struct {
 }
 
 func (e env) candidates(ctx context.Context, args []string) int {
-	fs, c := e.flags("candidates", "NAMESPACE",
-		"Lists the live candidates of a namespace, the leader marked, with their first registration and last\n"+
-			"heartbeat in the local time zone.\n\n"+
-			"JSON fields: namespace, id, hostname, pid, label, leader (true or false), registered_at,\n"+
-			"last_heartbeat_at, expires_at (RFC 3339, UTC).",
+	fs, c := e.flags("candidates", "[namespace...]",
+		"Lists the live candidates of the namespaces named (every namespace without any; --unled, --leader and\n"+
+			"--match keep some of them), the leader marked, with their first registration and last heartbeat in\n"+
+			"the local time zone, then a one-line summary. Every candidate is read with one statement, whatever the\n"+
+			"number of namespaces. A namespace named that nobody ever used is an error (\"no such namespace\") unless\n"+
+			"--allow-unknown.\n\n"+
+			"JSON fields (one object per candidate, no summary): namespace, id, hostname, pid, label, leader (true or\n"+
+			"false), registered_at, last_heartbeat_at, expires_at (RFC 3339, UTC).",
 		"sqlelect candidates scheduler --json", true)
-	pos, code := e.parse(fs, args)
+	addAllowUnknown(fs, c)
+	f := addFilterFlags(fs)
+	named, code := e.parse(fs, args)
 	if code >= 0 {
 		return code
 	}
-	if len(pos) != 1 {
-		return e.usageError(fs, "candidates takes one namespace")
+	if msg := f.check(); msg != "" {
+		return e.usageError(fs, msg)
 	}
-	ns := pos[0]
-	db, err := e.open(c)
+	if msg := checkNamespaces(named); msg != "" {
+		return e.usageError(fs, msg)
+	}
+	db, err := e.openExisting(c)
 	if err != nil {
 		return e.fail(err)
 	}
 	defer closeDB(db)
-	el, err := c.election(ctx, db, ns)
+	if err := c.known(ctx, db, named); err != nil {
+		return e.fail(err)
+	}
+	el, err := c.election(ctx, db, election.DefaultNamespace)
 	if err != nil {
 		return e.fail(err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	cands, err := el.Candidates(cctx)
+	all, err := el.ListAllCandidates(cctx)
 	if err != nil {
 		return e.fail(err)
 	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	if !c.json {
-		fmt.Fprintln(tw, "CANDIDATE\tIDENTITY\tLEADER\tREGISTERED\tLAST HEARTBEAT")
+	// Each namespace's candidates, and its leader among them.
+	byNS := map[string][]election.NamespaceCandidate{}
+	var order []string
+	for _, ci := range all {
+		if _, ok := byNS[ci.Namespace]; !ok {
+			order = append(order, ci.Namespace)
+		}
+		byNS[ci.Namespace] = append(byNS[ci.Namespace], ci)
 	}
-	for _, ci := range cands {
+	if len(named) > 0 {
+		order = slices.Compact(slices.Clone(named))
+	}
+	var shown []election.NamespaceCandidate
+	var empty []string
+	nss := 0
+	for _, ns := range order {
+		cs := byNS[ns]
+		leader, ident := uuid.Nil, election.Identity{}
+		for _, ci := range cs {
+			if ci.Leader {
+				leader, ident = ci.ID, ci.Identity
+			}
+		}
+		if !f.keep(ns, leader, ident) {
+			continue
+		}
+		if len(cs) == 0 {
+			empty = append(empty, ns)
+			continue
+		}
+		nss++
+		shown = append(shown, cs...)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	if !c.json && len(shown) > 0 {
+		fmt.Fprintln(tw, "NAMESPACE\tCANDIDATE\tIDENTITY\tLEADER\tREGISTERED\tLAST HEARTBEAT")
+	}
+	procs := map[election.Identity]bool{}
+	for _, ci := range shown {
+		procs[ci.Identity] = true
 		if c.json {
-			if err := writeJSON(e.stdout, candidateRow{Namespace: ns, ID: ci.ID, Hostname: ci.Identity.Hostname, PID: ci.Identity.PID,
+			if err := writeJSON(e.stdout, candidateRow{Namespace: ci.Namespace, ID: ci.ID, Hostname: ci.Identity.Hostname, PID: ci.Identity.PID,
 				Label: ci.Identity.Label, Leader: ci.Leader, RegisteredAt: jsonTime(ci.RegisteredAt),
 				LastHeartbeatAt: jsonTime(ci.LastHeartbeatAt), ExpiresAt: jsonTime(ci.ExpiresAt)}); err != nil {
 				return e.fail(err)
@@ -529,12 +725,20 @@ func (e env) candidates(ctx context.Context, args []string) int {
 		if ci.Leader {
 			mark = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", ci.ID, ci.Identity, mark, local(ci.RegisteredAt), local(ci.LastHeartbeatAt))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", ci.Namespace, ci.ID, ci.Identity, mark, local(ci.RegisteredAt), local(ci.LastHeartbeatAt))
 	}
 	tw.Flush()
-	if !c.json && len(cands) == 0 {
+	if c.json {
+		return exitOK
+	}
+	if len(shown) > 0 {
+		fmt.Fprintln(e.stdout)
+	}
+	for _, ns := range empty {
 		fmt.Fprintf(e.stdout, "no live candidates in %q\n", ns)
 	}
+	fmt.Fprintf(e.stdout, "%s in %s, from %s\n", plural(len(shown), "live candidate"), plural(nss, "namespace"),
+		plural(len(procs), "process"))
 	return exitOK
 }
 
@@ -556,11 +760,13 @@ func (e env) history(ctx context.Context, args []string) int {
 	fs, c := e.flags("history", "NAMESPACE",
 		"Lists the recent terms of a namespace, newest first: who led, from when to when (local time zone),\n"+
 			"and how each ended: resigned, unregistered, expired, or vacated (by an operator). A lease that lapsed\n"+
-			"shows as running until the next term is granted.\n\n"+
+			"shows as running until the next term is granted. A namespace nobody ever used is an error (\"no such\n"+
+			"namespace\") unless --allow-unknown.\n\n"+
 			"JSON fields: namespace, term, leader, hostname, pid, label, acquired_at, ended_at (RFC 3339, UTC;\n"+
 			"null while running), end_reason (\"\" while running).",
 		"sqlelect history scheduler --limit 5", true)
 	limit := fs.Int("limit", 20, "how many terms")
+	addAllowUnknown(fs, c)
 	pos, code := e.parse(fs, args)
 	if code >= 0 {
 		return code
@@ -571,12 +777,18 @@ func (e env) history(ctx context.Context, args []string) int {
 	if *limit < 1 {
 		return e.usageError(fs, "--limit must be at least 1")
 	}
+	if msg := checkNamespaces(pos); msg != "" {
+		return e.usageError(fs, msg)
+	}
 	ns := pos[0]
-	db, err := e.open(c)
+	db, err := e.openExisting(c)
 	if err != nil {
 		return e.fail(err)
 	}
 	defer closeDB(db)
+	if err := c.known(ctx, db, pos); err != nil {
+		return e.fail(err)
+	}
 	el, err := c.election(ctx, db, ns)
 	if err != nil {
 		return e.fail(err)
@@ -636,13 +848,15 @@ func (e env) resign(ctx context.Context, args []string) int {
 			"(unless --yes), then ends exactly that term: if the seat has moved on meanwhile (another term began),\n"+
 			"it says so, changes nothing and exits 1. Once the term has ended, the old leader's Guard fails at\n"+
 			"once and its Elector stops leading at its next renewal; the other candidates are woken (PostgreSQL,\n"+
-			"SQLite on Linux) or try at their next tick, and one of them takes the seat in a new term. The old\n"+
-			"leader sits out one interval first, so it takes the seat back only when no other candidate is live.\n"+
-			"The history records the term as vacated.\n\n"+
+			"MySQL/MariaDB, SQLite on Linux) or try at their next tick, and one of them takes the seat in a new\n"+
+			"term. The old leader sits out one interval first, so it takes the seat back only when no other\n"+
+			"candidate is live. The history records the term as vacated. A namespace nobody ever used is an error\n"+
+			"(\"no such namespace\") unless --allow-unknown.\n\n"+
 			"JSON fields: namespace, vacated (true or false), leader, term (the lease confirmed; null and 0 when\n"+
 			"there was no leader), current_leader, current_term (the seat's holder when it had moved on).",
 		"sqlelect resign scheduler --yes", true)
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
+	addAllowUnknown(fs, c)
 	pos, code := e.parse(fs, args)
 	if code >= 0 {
 		return code
@@ -650,12 +864,18 @@ func (e env) resign(ctx context.Context, args []string) int {
 	if len(pos) != 1 {
 		return e.usageError(fs, "resign takes one namespace")
 	}
+	if msg := checkNamespaces(pos); msg != "" {
+		return e.usageError(fs, msg)
+	}
 	ns := pos[0]
-	db, err := e.open(c)
+	db, err := e.openExisting(c)
 	if err != nil {
 		return e.fail(err)
 	}
 	defer closeDB(db)
+	if err := c.known(ctx, db, pos); err != nil {
+		return e.fail(err)
+	}
 	el, err := c.election(ctx, db, ns)
 	if err != nil {
 		return e.fail(err)

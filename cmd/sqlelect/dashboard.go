@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"strconv"
 	"time"
 
 	"github.com/sqlelect/sqlelect/dashboard"
@@ -14,12 +16,17 @@ import (
 
 func (e env) dashboard(ctx context.Context, args []string) int {
 	fs, c := e.flags("dashboard", "",
-		"Serves a live web page of every namespace: its leader, lease countdown, candidates and recent terms.\n"+
-			"The page polls api/state, which serves the same data as JSON. Read-only unless --allow-resign, which\n"+
-			"adds a resign button that ends the term shown (as `sqlelect resign` does). The dashboard has no\n"+
+		"Serves a live web page of the elections: a summary (namespaces, led, without a leader, leadership\n"+
+			"changes in the last hour), a timeline of the last hour per process, a filterable, sortable table of\n"+
+			"the namespaces paged by the server (leader, term, lease left, candidates, each with its recent terms),\n"+
+			"the seats each process leads, and a namespace's detail with its candidates, history and timeline. A\n"+
+			"refresh costs the database a constant number of statements whatever the number of namespaces. The\n"+
+			"page polls api/state, which serves the same data as JSON. Read-only unless --allow-resign, which adds\n"+
+			"a resign button that ends the term shown (as `sqlelect resign` does). The dashboard has no\n"+
 			"authentication: the button is protected only by a same-origin check and a CSRF token, so anyone who\n"+
 			"can load the page can vacate seats. Serve it only to trusted operators (the default listens on the\n"+
-			"loopback address; put it behind your own authentication to expose it further).",
+			"loopback address; --allow-resign on any other address prints a warning; put it behind your own\n"+
+			"authentication to expose it further).",
 		"sqlelect dashboard --listen 127.0.0.1:8080", false)
 	listen := fs.String("listen", "127.0.0.1:8080", "address to serve on")
 	allowResign := fs.Bool("allow-resign", false, "show a resign button on each led namespace (no authentication: same-origin POST with a CSRF token)")
@@ -31,7 +38,7 @@ func (e env) dashboard(ctx context.Context, args []string) int {
 	if len(pos) > 0 {
 		return e.usageError(fs, "dashboard takes no arguments")
 	}
-	db, err := e.open(c)
+	db, err := e.openExisting(c)
 	if err != nil {
 		return e.fail(err)
 	}
@@ -53,7 +60,16 @@ func (e env) dashboard(ctx context.Context, args []string) int {
 		return e.fail(err)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	fmt.Fprintf(e.stdout, "serving the dashboard on http://%s/ (Ctrl-C to stop)\n", ln.Addr())
+	local, public := dashboardURLs(ln.Addr())
+	fmt.Fprintf(e.stdout, "serving the dashboard on %s (Ctrl-C to stop)\n", local)
+	if public != "" {
+		fmt.Fprintf(e.stdout, "listening on every interface: from other hosts, %s\n", public)
+	}
+	if *allowResign && !loopback(ln.Addr()) {
+		fmt.Fprintf(e.stderr, "sqlelect: warning: --allow-resign on %s, which is not a loopback address: anyone who can reach it "+
+			"can vacate seats (there is no authentication, only a same-origin check and a CSRF token); listen on 127.0.0.1 "+
+			"or put the dashboard behind your own authentication\n", ln.Addr())
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -68,4 +84,37 @@ func (e env) dashboard(ctx context.Context, args []string) int {
 		}
 		return e.fail(err)
 	}
+}
+
+// dashboardURLs returns the URL to open the dashboard at on this host and,
+// when it listens on every interface (0.0.0.0 or ::), the URL other hosts
+// use, by this host's name. A wildcard address is not one a browser can
+// open.
+func dashboardURLs(addr net.Addr) (local, public string) {
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok {
+		return "http://" + addr.String() + "/", ""
+	}
+	port := strconv.Itoa(tcp.Port)
+	if !tcp.IP.IsUnspecified() {
+		return "http://" + net.JoinHostPort(tcp.IP.String(), port) + "/", ""
+	}
+	// 0.0.0.0 takes IPv4 only; "::" (what ":8080" listens on) takes both,
+	// and localhost reaches it whichever address the name resolves to.
+	loop := "127.0.0.1"
+	if tcp.IP.To4() == nil {
+		loop = "localhost"
+	}
+	local = "http://" + net.JoinHostPort(loop, port) + "/"
+	if host, err := os.Hostname(); err == nil && host != "" {
+		public = "http://" + net.JoinHostPort(host, port) + "/"
+	}
+	return local, public
+}
+
+// loopback reports whether addr is a loopback address, reachable from this
+// host only.
+func loopback(addr net.Addr) bool {
+	tcp, ok := addr.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
 }

@@ -243,12 +243,14 @@ func jsonLines(t *testing.T, out string) []map[string]any {
 }
 
 // table parses the aligned output of a command: a header naming cols, then
-// one line per row. Every cell of every row must start where its column's
+// one line per row, up to a blank line. Every cell of every row must start where its column's
 // name starts in the header, after at least two spaces. It returns the
 // rows' cells, trimmed, by column name.
 func table(t *testing.T, out string, cols ...string) []map[string]string {
 	t.Helper()
-	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	// The table ends at the first blank line (a summary may follow).
+	body, _, _ := strings.Cut(out, "\n\n")
+	lines := strings.Split(strings.TrimRight(body, "\n"), "\n")
 	header := lines[0]
 	offs := make([]int, len(cols))
 	for i, c := range cols {
@@ -385,6 +387,13 @@ func TestEndToEnd(t *testing.T) {
 // prints every statement of the dialect.
 func e2eMigrate(t *testing.T, c cli, tg testdb.Target) {
 	fresh := testdb.Fresh(t, tg)
+	if path, ok := strings.CutPrefix(fresh, "sqlite:"); ok {
+		// An empty file is an empty database; a missing one is refused
+		// (TestMissingDatabase).
+		if err := os.WriteFile(path, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ms, err := migrate.Migrations(tg.Name)
 	if err != nil {
 		t.Fatal(err)
@@ -403,8 +412,20 @@ func e2eMigrate(t *testing.T, c cli, tg testdb.Target) {
 			t.Errorf("migrate status --json before up, row %d: %v", i, r)
 		}
 	}
-	if out := c.ok("migrate", "up", "--dsn", fresh); !strings.Contains(out, "up to date") {
-		t.Fatalf("migrate up: %q", out)
+	// The first migrate up says which versions it applied; the second,
+	// that there was nothing to do.
+	var applied []string
+	for _, m := range ms {
+		applied = append(applied, fmt.Sprintf("%d (%s)", m.Version, m.Name))
+	}
+	latest := ms[len(ms)-1].Version
+	if out, want := c.ok("migrate", "up", "--dsn", fresh), fmt.Sprintf("applied versions %s; the election tables are up to date (version %d)\n",
+		strings.Join(applied, ", "), latest); out != want {
+		t.Fatalf("the first migrate up: %q, want %q", out, want)
+	}
+	if out, want := c.ok("migrate", "up", "--dsn", fresh), fmt.Sprintf("the election tables are already up to date (version %d); nothing applied\n",
+		latest); out != want {
+		t.Fatalf("the second migrate up: %q, want %q", out, want)
 	}
 	out = c.ok("migrate", "status", "--dsn", fresh)
 	trows := table(t, out, "VERSION", "NAME", "STATE")
@@ -442,6 +463,9 @@ func e2eStatus(t *testing.T, c cli, dsn, ns string, cs ...*candidate) {
 	if len(rows) != 1 {
 		t.Fatalf("status: %q", out)
 	}
+	if _, summary, _ := strings.Cut(out, "\n\n"); !regexp.MustCompile(`^1 namespace: 1 led, 0 without a leader; \d+ leadership changes? in the last hour \(1 of \d+ namespaces shown\)\n$`).MatchString(summary) {
+		t.Errorf("status: summary %q", summary)
+	}
 	r := rows[0]
 	if r["NAMESPACE"] != ns || r["LEADER"] != lease.Leader.String() || r["IDENTITY"] != identity(leader.label) ||
 		r["TERM"] != strconv.FormatInt(lease.Term, 10) || r["CANDIDATES"] != "2" {
@@ -475,7 +499,7 @@ func e2eStatus(t *testing.T, c cli, dsn, ns string, cs ...*candidate) {
 		t.Errorf("status --require-leader of a led namespace: exit %d, %q", code, errs)
 	}
 	empty := testdb.Namespace(t)
-	code, out, errs := c.run("", "status", "--dsn", dsn, "--require-leader", ns, empty)
+	code, out, errs := c.run("", "status", "--dsn", dsn, "--require-leader", "--allow-unknown", ns, empty)
 	if code != exitError || !strings.Contains(errs, "1 namespace(s) without a leader") {
 		t.Errorf("status --require-leader with a leaderless namespace: exit %d, %q", code, errs)
 	}
@@ -486,12 +510,18 @@ func e2eStatus(t *testing.T, c cli, dsn, ns string, cs ...*candidate) {
 
 	// candidates
 	out = c.ok("candidates", "--dsn", dsn, ns)
-	crows := table(t, out, "CANDIDATE", "IDENTITY", "LEADER", "REGISTERED", "LAST HEARTBEAT")
+	crows := table(t, out, "NAMESPACE", "CANDIDATE", "IDENTITY", "LEADER", "REGISTERED", "LAST HEARTBEAT")
 	want := map[string]*candidate{leader.ID().String(): leader, others[0].ID().String(): others[0]}
 	if len(crows) != 2 {
 		t.Fatalf("candidates: %q", out)
 	}
+	if _, summary, _ := strings.Cut(out, "\n\n"); summary != "2 live candidates in 1 namespace, from 2 processes\n" {
+		t.Errorf("candidates: summary %q", summary)
+	}
 	for _, r := range crows {
+		if r["NAMESPACE"] != ns {
+			t.Errorf("candidates row %v: namespace", r)
+		}
 		cand := want[r["CANDIDATE"]]
 		if cand == nil {
 			t.Errorf("candidates: unknown row %v", r)
@@ -520,8 +550,14 @@ func e2eStatus(t *testing.T, c cli, dsn, ns string, cs ...*candidate) {
 	}
 }
 
-// watchLine is a text line of watch: time, namespace, what happened.
-var watchLine = regexp.MustCompile(`^(\d\d:\d\d:\d\d\.\d{3})  (\S+)\s+(leader (\S+) \((.+)\), term (\d+)|no leader|candidate (\S+) \((.+)\) (joined|left))$`)
+// watchLine is a text line of watch: time, namespace, what happened. Its
+// groups: 1 time, 2 namespace; a new leader: 4 id, 5 identity, 6 term, 7
+// how long the seat had no leader; a vacancy: 9 the term that ended, 10
+// its leader, 11 its identity, 12 how it ended; a candidate: 13 id, 14
+// identity, 15 joined or left.
+var watchLine = regexp.MustCompile(`^(\d\d:\d\d:\d\d\.\d{3})  (\S+)\s+(leader (\S+) \((.+)\), term (\d+)(?:, after (\S+) without a leader)?|` +
+	`no leader(: term (\d+) of (\S+) \((.+)\) (resigned|expired|was vacated by an operator|ended: its leader unregistered))?|` +
+	`candidate (\S+) \((.+)\) (joined|left))$`)
 
 // e2eWatch: two watches, text and JSON, see the current leader, a
 // candidate joining, a handoff and the candidate leaving; on the databases
@@ -572,7 +608,7 @@ func e2eWatch(t *testing.T, c cli, tg testdb.Target, dsn string, db *gorm.DB, ns
 	sawCandidate := func(id uuid.UUID, label, event string) {
 		t.Helper()
 		waitFor(t, 10*time.Second, fmt.Sprintf("text watch line: candidate %s %s", id, event), func() bool {
-			return textSaw(func(m []string) bool { return m[7] == id.String() && m[8] == identity(label) && m[9] == event })
+			return textSaw(func(m []string) bool { return m[13] == id.String() && m[14] == identity(label) && m[15] == event })
 		})
 		waitFor(t, 10*time.Second, fmt.Sprintf("JSON watch event: candidate %s %s", id, event), func() bool {
 			return jsonSaw(func(ev map[string]any) bool {
@@ -602,6 +638,9 @@ func e2eWatch(t *testing.T, c cli, tg testdb.Target, dsn string, db *gorm.DB, ns
 		return false
 	})
 	sawLeader(nl.Leader, nl.Term, next.label)
+	// Both ends of the handoff, at the times the history records, whether
+	// or not a reading fell between them.
+	sawHandoff(t, db, ns, lease, leader.label, textSaw, jsonSaw)
 
 	gamma.stop()
 	sawCandidate(gamma.ID(), "gamma", "left")
@@ -665,6 +704,67 @@ func e2eWatch(t *testing.T, c cli, tg testdb.Target, dsn string, db *gorm.DB, ns
 	if code := slow.interrupt(t); code != exitOK {
 		t.Errorf("slow watch interrupted: exit %d, %s", code, slow.errOut.String())
 	}
+}
+
+// sawHandoff waits until the text and the JSON watch show the end of
+// term old (resigned) and the grant of the next term, each at the time the
+// history records it, and the time between them.
+func sawHandoff(t *testing.T, db *gorm.DB, ns string, old election.Lease, label string,
+	textSaw func(func([]string) bool) bool, jsonSaw func(func(map[string]any) bool) bool) {
+	t.Helper()
+	e, err := election.New(db, election.WithNamespace(ns), election.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	terms, err := e.History(ctx, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ended, next election.TermRecord
+	for _, tr := range terms {
+		switch tr.Term {
+		case old.Term:
+			ended = tr
+		case old.Term + 1:
+			next = tr
+		}
+	}
+	if ended.EndReason != election.EndResigned || next.Term == 0 {
+		t.Fatalf("history: term %d %+v, term %d %+v", old.Term, ended, old.Term+1, next)
+	}
+	loc, err := time.LoadLocation(zone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := func(at time.Time) string { return at.In(loc).Format("15:04:05.000") }
+	term := strconv.FormatInt(old.Term, 10)
+	waitFor(t, 10*time.Second, "text watch line: term "+term+" resigned, at its end", func() bool {
+		return textSaw(func(m []string) bool {
+			return m[1] == clock(ended.EndedAt) && m[9] == term && m[10] == old.Leader.String() && m[11] == identity(label) && m[12] == "resigned"
+		})
+	})
+	gap := next.AcquiredAt.Sub(ended.EndedAt)
+	waitFor(t, 10*time.Second, "text watch line: the next term, at its grant, after the gap", func() bool {
+		return textSaw(func(m []string) bool {
+			return m[1] == clock(next.AcquiredAt) && m[6] == strconv.FormatInt(next.Term, 10) && m[4] == next.Leader.String() &&
+				m[7] == (time.Duration(gap.Milliseconds())*time.Millisecond).String()
+		})
+	})
+	at := func(v any) time.Time {
+		at, _ := time.Parse(time.RFC3339Nano, fmt.Sprint(v))
+		return at
+	}
+	waitFor(t, 10*time.Second, "JSON watch events: the vacancy and the grant at their times", func() bool {
+		return jsonSaw(func(ev map[string]any) bool {
+			return ev["event"] == "vacant" && ev["term"] == float64(old.Term) && ev["leader"] == old.Leader.String() &&
+				ev["reason"] == "resigned" && at(ev["at"]).Equal(ended.EndedAt)
+		}) && jsonSaw(func(ev map[string]any) bool {
+			return ev["event"] == "leader" && ev["term"] == float64(next.Term) && at(ev["at"]).Equal(next.AcquiredAt) &&
+				ev["vacant_ms"] == float64(gap.Milliseconds())
+		})
+	})
 }
 
 // e2eResign: resign asks, naming the leader and term; refused, nothing
@@ -756,7 +856,7 @@ func e2eResign(t *testing.T, c cli, dsn string, db *gorm.DB, ns string, cs ...*c
 
 	// Nobody leads: nothing to do.
 	empty := testdb.Namespace(t)
-	if code, out, _ := c.run("", "resign", "--dsn", dsn, "--yes", empty); code != exitOK || !strings.Contains(out, "no leader; nothing changed") {
+	if code, out, _ := c.run("", "resign", "--dsn", dsn, "--yes", "--allow-unknown", empty); code != exitOK || !strings.Contains(out, "no leader; nothing changed") {
 		t.Errorf("resign of a namespace without a leader: exit %d, %q", code, out)
 	}
 }
@@ -803,7 +903,7 @@ func e2eHistory(t *testing.T, c cli, dsn, ns string, cs ...*candidate) {
 // commands are every command and subcommand, for the help checks.
 var commands = [][]string{
 	{"migrate"}, {"migrate", "up"}, {"migrate", "status"}, {"migrate", "sql"},
-	{"status"}, {"candidates"}, {"history"}, {"watch"}, {"resign"}, {"dashboard"},
+	{"status"}, {"candidates"}, {"history"}, {"watch"}, {"resign"}, {"dashboard"}, {"version"},
 }
 
 // TestUsage: help on every command, with an example, on stdout with exit
@@ -835,7 +935,9 @@ func TestUsage(t *testing.T) {
 		{nil, "Commands:"},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
 		{[]string{"status", "--bogus"}, "flag provided but not defined"},
-		{[]string{"candidates"}, "one namespace"},
+		{[]string{"status", "--unled", "--leader", "x"}, "exclude each other"},
+		{[]string{"candidates", "--leader", "x", "--unled"}, "exclude each other"},
+		{[]string{"version", "extra"}, "no arguments"},
 		{[]string{"history", "a", "b"}, "one namespace"},
 		{[]string{"history", "--limit", "0", "a"}, "--limit"},
 		{[]string{"resign"}, "one namespace"},
@@ -861,7 +963,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"status", "--dsn", "postgres://u:" + secret + "@127.0.0.1:1/db?connect_timeout=1"}, "127.0.0.1:1"},
 		{[]string{"status", "--dsn", "mysql://root:" + secret + "@tcp(127.0.0.1:1)/test?timeout=1s"}, "127.0.0.1:1"},
 		{[]string{"watch", "--dsn", "mysql://root:" + secret + "@tcp(127.0.0.1:1)/test?timeout=1s"}, "127.0.0.1:1"},
-		{[]string{"status", "--dsn", "sqlite:" + filepath.Join(t.TempDir(), "empty.db")}, "run `sqlelect migrate up`"},
+		{[]string{"status", "--dsn", "sqlite:" + emptyFile(t)}, "run `sqlelect migrate up`"},
 	}
 	// A wrong password for a server that answers: refused, and not shown.
 	for _, tg := range testdb.Targets(t) {
@@ -884,6 +986,16 @@ func TestUsage(t *testing.T) {
 			t.Errorf("%v: the password is in the output: %q", e.args, out+errs)
 		}
 	}
+}
+
+// emptyFile returns the path of an empty file: an empty SQLite database.
+func emptyFile(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "empty.db")
+	if err := os.WriteFile(p, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // withPassword returns the MySQL DSN with its password replaced, or "" when
