@@ -132,7 +132,7 @@ type testHooks struct {
 	// call runs before each database call of a round (or attempt) with
 	// the call's context; an error fails the call without running it.
 	call func(ctx context.Context) error
-	// round runs after each round of an Elector.
+	// round runs after each round (of a Group: without a lease).
 	round func(roundReport)
 }
 

@@ -445,6 +445,15 @@ func (m *machine) reportLocked(r result, now time.Time, started bool, err error)
 	m.box.note(func() { o.Attempt(a) })
 }
 
+// shedLocked reports a try its driver shed: the database is too slow for
+// more than the rounds.
+func (m *machine) shedLocked(start time.Time) {
+	if o := m.e.observer; o != nil {
+		a := Attempt{Namespace: m.e.namespace, Candidate: m.id, Outcome: OutcomeShed, Duration: m.clk.Now().Sub(start)}
+		m.box.note(func() { o.Attempt(a) })
+	}
+}
+
 // wokeLocked reports a handoff that makes the machine try.
 func (m *machine) wokeLocked(src wakeSource) {
 	if o := m.e.observer; o != nil {

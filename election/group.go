@@ -30,8 +30,8 @@ var ErrUnknownNamespace = errors.New("election: namespace not joined")
 type GroupConfig struct {
 	// Namespaces are the namespaces the candidate joins when the Group is
 	// made: at least one, each valid (see WithNamespace), none twice, and
-	// no more than the database's batch statements can carry (4,095 on
-	// SQLite, 8,191 on MySQL and MariaDB, 65,534 on PostgreSQL). Join and
+	// no more than the database's batch statements can carry (5,461 on
+	// SQLite, 10,922 on MySQL and MariaDB, 65,534 on PostgreSQL). Join and
 	// Leave change the set while the Group runs.
 	Namespaces []string
 
@@ -86,26 +86,30 @@ type GroupConfig struct {
 }
 
 // A Group runs one candidate in many namespaces with a constant number of
-// statements per round, whatever the number of namespaces: one renewal of
-// every lease it holds, one reading of every seat (with Balance, with the
-// count of the live candidates), and one heartbeat of every candidate row.
-// On PostgreSQL these are one statement, so a round is one round trip;
-// elsewhere three. It tries to take a seat only when a reading shows it
-// free or when its lease ends (at the lease's edge, by the database clock,
-// as an Elector does), so followers of a live seat never lock it. On
-// PostgreSQL it shares the pool's one LISTEN connection with every Elector
-// and Group on the pool, and a vacated seat wakes it at once; a wake-up
-// that names no namespace (MySQL's, or a listener's reconnection) runs one
-// round.
+// statements per round, whatever the number of namespaces, and keeps its
+// candidacy in all of them alive with one member row (schema version 3),
+// which its candidate rows point to: a round refreshes that row, renews
+// every lease the Group holds, and reads only the seats that concern it
+// (its own, those it has not read yet, and those vacant or whose lease
+// ends before its next round). On PostgreSQL that is one statement, so a
+// round is one round trip; elsewhere at most three. It tries to take a
+// seat only when a reading shows it free or when its lease ends (at the
+// lease's edge, by the database clock, as an Elector does), so followers
+// of a live seat never lock it, and write nothing while its leader
+// renews. On PostgreSQL it shares the pool's one LISTEN connection with
+// every Elector and Group on the pool, and a vacated seat wakes it at
+// once; a wake-up that names no namespace (MySQL's, or a listener's
+// reconnection) runs one round.
 //
-// Rounds never wait for attempts: the attempts on free seats run one at a
-// time beside the rounds, each a short transaction (Elect), in the order of
-// the last round's reading shuffled, and a new round's reading replaces the
-// list, so a cold start with many free seats never delays the renewal of
-// the seats already won. A Group thus uses at most two of its pool's
-// connections for the election (plus the pool's listener on PostgreSQL);
-// with a pool of one connection a round waits at most for the one attempt
-// in flight.
+// Rounds never wait for attempts: the attempts on free seats run beside
+// the rounds (on PostgreSQL all of a round's free seats in one statement,
+// elsewhere one Elect each), and a new round's reading replaces the list,
+// so a cold start with many free seats never delays the renewal of the
+// seats already won. Attempts are shed before renewals: while rounds are
+// slow (the database overloaded) the Group sends its rounds and little
+// else, and tries the free seats once they are quick again (see
+// OutcomeShed). A Group thus uses at most two of its pool's connections
+// for the election (plus the pool's listener on PostgreSQL).
 //
 // In each namespace the Group follows the same rules as an Elector (the
 // package doc's "The engine"): the renewal is one statement fenced by the
@@ -138,6 +142,7 @@ type Group struct {
 	hooks    testHooks
 
 	members  map[string]*member
+	pace     pacer           // the attempts' budget
 	running  bool            // Run's loop is on
 	runCtx   context.Context // Run's context (Background before Run)
 	stopping bool            // Run is returning
@@ -161,6 +166,8 @@ type member struct {
 	queued     bool // on g.queue
 	overShare  bool // the round let it be tried above the share (Balance)
 	freeRounds int  // consecutive rounds that saw the seat free while at the share (Balance)
+	written    bool // a round wrote its candidate row, pointing to the member row
+	seen       bool // a round read its seat row: later rounds read it only when vacant or lapsing
 	leaving    bool
 	pending    atomic.Bool // on g.woken
 }
@@ -248,6 +255,7 @@ func NewGroup(ctx context.Context, db *gorm.DB, id uuid.UUID, cfg GroupConfig, o
 		events:  newDispatcher(),
 		members: map[string]*member{},
 		runCtx:  context.Background(),
+		pace:    pacer{allowed: maxAttemptBudget},
 	}
 	for _, ns := range cfg.Namespaces {
 		g.members[ns] = g.newMember(ns)

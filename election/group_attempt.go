@@ -3,6 +3,11 @@ package election
 import (
 	"context"
 	"slices"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/sqlelect/sqlelect/internal/dialect"
 )
 
 // The Group's attempts on free seats, beside its rounds, and balancing.
@@ -45,9 +50,57 @@ func (g *Group) withinShareLocked(mem *member, viaRound bool) bool {
 	return g.share > 0 && g.box.leading < g.share
 }
 
+// pacer is the attempts' budget: the rounds (and the renewals in them)
+// always run, and attempts on seats are shed first when the database is
+// slow. A round that takes more than a quarter of the interval, or fails,
+// stops the attempts until a round is quick again; from there the budget
+// per interval doubles with each quick round, and halves when an attempt
+// fails. So a fleet too large for its database, or a server slowed or
+// paused for a while, sends its rounds and little else: leaders whose
+// renewals still answer in time keep their seats, and the free seats are
+// taken once the rounds are quick again, without a retry storm.
+type pacer struct {
+	allowed int // attempts allowed per interval (a batch take counts one)
+	used    int // attempts since the last round
+}
+
+// maxAttemptBudget is the budget of a healthy Group: as many attempts as
+// there are free seats, in practice.
+const maxAttemptBudget = 1 << 16
+
+// paceLocked updates the budget after a round that took d and ended with
+// err; g.box is held.
+func (g *Group) paceLocked(d time.Duration, err error) {
+	p := &g.pace
+	p.used = 0
+	switch {
+	case err != nil || d > g.t.interval/4:
+		if p.allowed > 0 {
+			g.log.Warn("election: the database is slow; shedding attempts on free seats, keeping the renewals",
+				"round", d.Round(time.Millisecond), "interval", g.t.interval, "err", err)
+		}
+		p.allowed = 0
+	case p.allowed == 0:
+		p.allowed = 1
+	default:
+		p.allowed = min(2*p.allowed, maxAttemptBudget)
+	}
+}
+
+// spendLocked takes one attempt from the budget, if there is one left;
+// g.box is held.
+func (g *Group) spendLocked() bool {
+	if g.pace.used >= g.pace.allowed {
+		return false
+	}
+	g.pace.used++
+	return true
+}
+
 // attempter runs the attempts, one at a time, until ctx ends: a wake (the
 // end of another candidate's lease, a handoff) first, then the free seats
-// of the last round.
+// of the last round, all at once where the database takes many seats in
+// one statement (TakeSeats).
 func (g *Group) attempter(ctx context.Context) {
 	for ctx.Err() == nil {
 		select {
@@ -56,8 +109,13 @@ func (g *Group) attempter(ctx context.Context) {
 			continue
 		default:
 		}
-		if mem := g.nextQueued(); mem != nil {
-			g.attempt(ctx, mem, causeTick)
+		if dialect.TakesSeatsAtOnce(g.base.d) {
+			if mems := g.nextQueued(maxAttemptBudget); len(mems) > 0 {
+				g.takeSeats(ctx, mems)
+				continue
+			}
+		} else if mems := g.nextQueued(1); len(mems) > 0 {
+			g.attempt(ctx, mems[0], causeTick)
 			continue
 		}
 		select {
@@ -77,24 +135,31 @@ func (g *Group) beginAttemptLocked(mem *member) {
 	mem.m.inflight.add()
 }
 
-// nextQueued takes the next seat of the queue the Group may try, marked as
-// tried; nil when none.
-func (g *Group) nextQueued() *member {
+// nextQueued takes up to n seats of the queue the Group may try, marked as
+// tried; none when the budget is spent.
+func (g *Group) nextQueued(n int) []*member {
 	g.box.lock()
 	defer g.box.unlock()
 	now := g.clk.Now()
-	for len(g.queue) > 0 {
+	var out []*member
+	for len(g.queue) > 0 && len(out) < n {
 		mem := g.queue[0]
-		g.queue[0] = nil
+		// With Balance, the seats of the batch count toward the share.
+		within := !g.cfg.Balance || mem.overShare || g.share > 0 && g.box.leading+len(out) < g.share
+		if !g.callableLocked(mem) || !mem.m.mayTryLocked(now) || !within {
+			g.queue = g.queue[1:]
+			mem.queued, mem.overShare = false, false
+			continue
+		}
+		if len(out) == 0 && !g.spendLocked() {
+			break
+		}
 		g.queue = g.queue[1:]
 		mem.queued = false
-		if g.callableLocked(mem) && mem.m.mayTryLocked(now) && g.withinShareLocked(mem, true) {
-			g.beginAttemptLocked(mem)
-			return mem
-		}
-		mem.overShare = false
+		g.beginAttemptLocked(mem)
+		out = append(out, mem)
 	}
-	return nil
+	return out
 }
 
 // tryWoken tries the seat a wake names, if the Group may.
@@ -103,7 +168,7 @@ func (g *Group) tryWoken(ctx context.Context, w wakeup) {
 	mem.pending.Store(false)
 	g.box.lock()
 	now := g.clk.Now()
-	ok := g.callableLocked(mem) && g.withinShareLocked(mem, false)
+	ok := g.callableLocked(mem) && g.withinShareLocked(mem, false) && g.spendLocked()
 	if ok && w.sig.kind == sigEdge {
 		ok = mem.m.mayTryLocked(now)
 	} else if ok {
@@ -149,13 +214,70 @@ func (g *Group) attempt(ctx context.Context, mem *member, cause roundCause) {
 		l, err = mem.m.e.Elect(actx, g.id)
 	}
 	g.box.lock()
-	mem.attempting, mem.overShare = false, false
-	mem.m.settleLocked(result{start: start, cause: cause, lease: l, err: err})
-	mem.m.inflight.done()
-	mem.busy.Done() // before the notes run: an observer may call Leave
+	g.attemptedLocked(mem, result{start: start, cause: cause, lease: l, err: err})
+	if err != nil {
+		g.pace.allowed /= 2
+	}
 	g.box.unlock()
 	if err != nil && ctx.Err() == nil {
 		g.log.Warn("election: group attempt failed", "namespace", mem.ns, "err", err)
+	}
+}
+
+// attemptedLocked hands the result of an attempt on mem's seat to its
+// machine; g.box is held.
+func (g *Group) attemptedLocked(mem *member, r result) {
+	mem.attempting, mem.overShare = false, false
+	mem.m.settleLocked(r)
+	mem.m.inflight.done()
+	mem.busy.Done() // before the notes run: an observer may call Leave
+}
+
+// takeSeats takes the free seats of mems, which the caller marked as
+// tried, in one statement (TakeSeats), and hands each its grant or, for a
+// seat found held, the seat as it is: a batch at a cold start costs one
+// statement, not one transaction a seat.
+func (g *Group) takeSeats(ctx context.Context, mems []*member) {
+	start := g.clk.Now()
+	actx, cancel := context.WithTimeout(ctx, g.t.trust())
+	defer cancel()
+	nss := make([]string, len(mems))
+	for i, mem := range mems {
+		nss[i] = mem.ns
+	}
+	var grants []dialect.RoundSeat
+	err := g.hooks.before(actx)
+	if err == nil {
+		id := g.base.identity
+		err = g.batch.autocommit(actx, "Elect", nil, func(conn gorm.ConnPool, _ bool) error {
+			var err error
+			grants, _, err = dialect.TakeSeats(actx, conn, g.base.d, g.id, nss, g.base.expire, id.Hostname, id.PID, id.Label, string(EndExpired))
+			return err
+		})
+	}
+	granted := make(map[string]Lease, len(grants))
+	for _, s := range grants {
+		granted[s.Namespace] = Lease{Namespace: s.Namespace, Leader: g.id, Term: s.Term, ExpiresAt: s.Expires.Time, AcquiredAt: s.Acquired.Time}
+	}
+	g.box.lock()
+	for _, mem := range mems {
+		r := result{start: start, cause: causeTick, err: err}
+		if l, ok := granted[mem.ns]; ok {
+			r.lease = l
+			mem.seen = true
+		} else {
+			// Taken by another since the reading: the next round, or the
+			// lease's edge, shows it.
+			r.lease, r.observe = mem.m.last, true
+		}
+		g.attemptedLocked(mem, r)
+	}
+	if err != nil {
+		g.pace.allowed /= 2
+	}
+	g.box.unlock()
+	if err != nil && ctx.Err() == nil {
+		g.log.Warn("election: group attempt failed", "namespaces", len(nss), "err", err)
 	}
 }
 

@@ -253,23 +253,23 @@ func TestGroupLeaveRacingRun(t *testing.T) {
 // TestGroupNamespaceLimit: a Group takes no more namespaces than the
 // batch statements can carry on its database: NewGroup and Join refuse
 // more with ErrInvalidOption naming the limit, and write nothing. On
-// SQLite (8 parameters per namespace in the heartbeat, 32,766 at most) the
-// limit is 4,095.
+// SQLite (6 parameters per namespace in the round that joins them, 32,766
+// at most) the limit is 5,461.
 func TestGroupNamespaceLimit(t *testing.T) {
 	ctx := testCtx(t)
 	db := testdb.OpenDSN(t, "sqlite:"+filepath.Join(t.TempDir(), "limit.db"))
-	const limit = 4095
+	const limit = 5461
 	nss := make([]string, limit+1)
 	for i := range nss {
 		nss[i] = fmt.Sprintf("n%04d", i)
 	}
 	_, err := election.NewGroup(ctx, db, uuid.New(), election.GroupConfig{Namespaces: nss}, election.WithLogger(quiet))
-	if !errors.Is(err, election.ErrInvalidOption) || !strings.Contains(err.Error(), "4095") {
+	if !errors.Is(err, election.ErrInvalidOption) || !strings.Contains(err.Error(), "5461") {
 		t.Errorf("NewGroup with %d namespaces: %v, want ErrInvalidOption naming %d", len(nss), err, limit)
 	}
 	g, err := election.NewGroup(ctx, db, uuid.New(), election.GroupConfig{Namespaces: nss[:limit]}, election.WithLogger(quiet))
 	must(t, "NewGroup at the limit", err)
-	if err := g.Join(nss[limit]); !errors.Is(err, election.ErrInvalidOption) || !strings.Contains(err.Error(), "4095") {
+	if err := g.Join(nss[limit]); !errors.Is(err, election.ErrInvalidOption) || !strings.Contains(err.Error(), "5461") {
 		t.Errorf("Join beyond the limit: %v, want ErrInvalidOption naming %d", err, limit)
 	}
 	if n := len(g.Namespaces()); n != limit {

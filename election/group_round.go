@@ -1,15 +1,11 @@
 package election
 
 import (
-	"cmp"
 	"context"
-	"database/sql"
 	"math/rand/v2"
 	"slices"
 	"sync"
-	"time"
 
-	"github.com/google/uuid"
 	"gorm.io/gorm"
 
 	"github.com/sqlelect/sqlelect/internal/dialect"
@@ -37,51 +33,47 @@ func (g *Group) signaled() (roundCause, bool) {
 	return causeWakeNotify, false
 }
 
-// seatFromRow is what a batch reading says of one namespace.
-func seatFromRow(now time.Time, leader uuid.NullUUID, term sql.NullInt64, exp, acq dialect.Time) seat {
-	s := seat{now: now, exists: term.Valid, term: term.Int64, expires: exp.Time, acquired: acq.Time}
-	if leader.Valid && exp.Valid {
-		s.leader = leader.UUID
-	}
-	return s
-}
-
 // heldSeat is a lease a round renews.
 type heldSeat struct {
 	mem  *member
 	lead *leadership // the leadership it renews
-	term int64
 }
 
-// roundResult is what a round's statements returned.
-type roundResult struct {
-	seats   map[string]seat
-	renewed map[string]time.Time // namespace: new expiry, of each lease the renewal changed
-	live    int                  // with Balance: live candidates, this one included
-}
-
-// fullRound is one round over every namespace but those being left or
-// tried at the moment (an attempt reads the seat and refreshes the row
+// sampleSize is how many namespaces a Balance round counts the live
+// candidates of: the Groups of a fleet that join the same namespaces
+// sample the same ones (the first, sorted), and a few guard against one
+// that some candidates have not joined.
+const sampleSize = 4
 
 // round is one round over every namespace but those being left or tried
-// at the moment (an attempt reads the seat and refreshes the row itself),
-// then, now and then, the prune.
+// at the moment (an attempt reads the seat itself), then, now and then,
+// the prune.
 func (g *Group) round(ctx context.Context, cause roundCause) error {
 	err := g.fullRound(ctx, cause)
-	if err == nil {
+	g.box.lock()
+	quick := g.pace.allowed > 0
+	g.box.unlock()
+	if err == nil && quick {
 		g.pruneLed(ctx)
+	}
+	if g.hooks.round != nil {
+		g.hooks.round(roundReport{cause: cause, err: err})
 	}
 	return err
 }
 
-// fullRound is round without the prune.
+// fullRound is round without the prune: one dialect.GroupRound, which
+// refreshes the Group's member row, renews the leases it holds, writes the
+// candidate rows of the namespaces joined since the last round, and reads
+// the seats that concern it, whose results it hands to the machines.
 func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	start := g.clk.Now()
 	g.box.lock()
 	total := 0
-	var names []string
+	in := dialect.RoundIn{Member: g.id, Hostname: g.base.identity.Hostname, PID: g.base.identity.PID, Label: g.base.identity.Label,
+		Expire: g.base.expire, Horizon: g.t.interval}
 	var held []heldSeat
-	in := make(map[string]*member, len(g.members))
+	members := make(map[string]*member, len(g.members))
 	for ns, mem := range g.members {
 		if mem.leaving {
 			continue
@@ -90,13 +82,20 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 		if mem.attempting {
 			continue
 		}
-		names = append(names, ns)
-		in[ns] = mem
+		in.Joined = append(in.Joined, ns)
+		members[ns] = mem
 		mem.busy.Add(1)
+		if !mem.written {
+			in.Join = append(in.Join, ns)
+		}
 		if c := mem.m.cur; c != nil {
 			mem.renewing = true
 			mem.m.inflight.add()
-			held = append(held, heldSeat{mem: mem, lead: c, term: c.lease.Term})
+			held = append(held, heldSeat{mem: mem, lead: c})
+			in.Held = append(in.Held, dialect.HeldLease{Namespace: ns, Term: c.lease.Term})
+		}
+		if mem.m.cur != nil || !mem.seen {
+			in.Read = append(in.Read, ns)
 		}
 	}
 	g.box.unlock()
@@ -106,60 +105,75 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 			h.mem.renewing = false
 			h.mem.m.inflight.done()
 		}
-		for _, mem := range in {
+		for _, mem := range members {
 			mem.busy.Done()
 		}
 		g.box.unlock()
 	}()
-	if len(names) == 0 {
+	if len(in.Joined) == 0 {
 		return nil
 	}
-	slices.Sort(names)
-	slices.SortFunc(held, func(a, b heldSeat) int { return cmp.Compare(a.mem.ns, b.mem.ns) })
+	slices.Sort(in.Joined)
+	if g.cfg.Balance {
+		in.Sample = in.Joined[:min(sampleSize, len(in.Joined))]
+	}
 	actx, cancel := context.WithTimeout(ctx, g.t.trust())
 	defer cancel()
-
 	err := g.hooks.before(actx)
-	var res roundResult
+	var out dialect.RoundOut
 	if err == nil {
-		res, err = g.roundStatements(actx, names, held, in)
+		err = g.batch.autocommit(actx, "Group", nil, func(conn gorm.ConnPool, _ bool) error {
+			var err error
+			out, err = dialect.GroupRound(actx, conn, g.base.d, in)
+			return err
+		})
 	}
 	g.box.lock()
 	defer g.box.unlock()
+	g.paceLocked(g.clk.Now().Sub(start), err)
 	if err != nil {
-		for _, ns := range names {
-			in[ns].m.settleLocked(result{start: start, cause: cause, err: err})
+		for _, ns := range in.Joined {
+			members[ns].m.settleLocked(result{start: start, cause: cause, err: err})
 		}
 		return err
 	}
-	for _, mem := range in {
-		// The round wrote the member's candidate row, and the rounds keep
-		// it from now on: attempts leave it alone.
-		mem.m.e.rowsKept.Store(true)
+	if out.Doubtful {
+		g.log.Warn("election: the seats read as renewed outnumber the rows the renewal changed; treating the leases as lost")
 	}
-	heldBy := make(map[*member]heldSeat, len(held))
+	for _, ns := range in.Join {
+		// The round wrote the candidate row, and the member row keeps it
+		// alive: attempts leave it alone.
+		members[ns].written = true
+		members[ns].m.e.rowsKept.Store(true)
+	}
+	heldBy := make(map[*member]*leadership, len(held))
 	for _, h := range held {
-		heldBy[h.mem] = h
+		heldBy[h.mem] = h.lead
 	}
 	var attempts []*member
-	for _, ns := range names {
-		mem := in[ns]
-		if g.members[ns] != mem || mem.leaving {
+	for _, rs := range out.Seats {
+		mem := members[rs.Namespace]
+		if mem == nil || g.members[rs.Namespace] != mem || mem.leaving {
 			continue
 		}
-		s := res.seats[ns]
+		s := seat{now: out.Now, exists: rs.Exists, term: rs.Term, expires: rs.Expires.Time, acquired: rs.Acquired.Time}
+		if rs.Leader.Valid && rs.Expires.Valid {
+			s.leader = rs.Leader.UUID
+		}
+		mem.m.e.noteSeat(s, out.Sent)
+		mem.seen = mem.seen || rs.Exists
 		l := mem.m.e.lease(s)
-		if h, ok := heldBy[mem]; ok {
-			r := result{start: start, cause: cause, held: h.lead, lease: l}
-			if exp, renewed := res.renewed[ns]; renewed {
-				r.lease = h.lead.lease
+		if lead, ok := heldBy[mem]; ok {
+			r := result{start: start, cause: cause, held: lead, lease: l}
+			if exp, renewed := out.Renewed[rs.Namespace]; renewed {
+				r.lease = lead.lease
 				r.lease.ExpiresAt = exp
 			} else {
-				r.why = whyLost(s, g.id, h.lead.lease)
+				r.why = whyLost(s, g.id, lead.lease)
 				if l.HeldBy(g.id) {
 					// Not renewed, whatever the reading (a snapshot from
 					// before the renewal waited) says.
-					r.lease = Lease{Namespace: ns}
+					r.lease = Lease{Namespace: rs.Namespace}
 				}
 			}
 			mem.m.settleLocked(r)
@@ -176,185 +190,18 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 		}
 	}
 	rand.Shuffle(len(attempts), func(i, j int) { attempts[i], attempts[j] = attempts[j], attempts[i] })
-	if g.cfg.Balance && res.live > 0 {
-		attempts = g.balanceLocked(total, res.live, attempts)
+	if g.cfg.Balance && out.Live > 0 {
+		attempts = g.balanceLocked(total, out.Live, attempts)
+	}
+	if g.pace.allowed == 0 {
+		// Shed: reported, and tried once the rounds are quick again.
+		for _, mem := range attempts {
+			mem.m.shedLocked(start)
+		}
+		attempts = nil
 	}
 	g.setQueueLocked(attempts)
 	return nil
-}
-
-// roundStatements runs a round's statements: the renewal of held, the
-// reading of the seats of names and the heartbeat of their candidate rows.
-func (g *Group) roundStatements(ctx context.Context, names []string, held []heldSeat, in map[string]*member) (roundResult, error) {
-	d := g.base.d
-	id := g.base.identity
-	res := roundResult{seats: make(map[string]seat, len(names)), renewed: map[string]time.Time{}}
-	var dbNow time.Time
-	// readSeats reads the seat rows of rows: BatchSeats' columns, then,
-	// with renewed, BatchRound's renewed_expires_at, then, with live, the
-	// count of live candidates.
-	readSeats := func(rows *sql.Rows, sent time.Time, renewed, live bool) error {
-		defer rows.Close()
-		for rows.Next() {
-			var (
-				now, exp, acq, rexp dialect.Time
-				ns                  sql.NullString
-				leader              uuid.NullUUID
-				term                sql.NullInt64
-			)
-			dest := []any{&now, &ns, &leader, &term, &exp, &acq}
-			if renewed {
-				dest = append(dest, &rexp)
-			}
-			if live {
-				dest = append(dest, &res.live)
-			}
-			if err := rows.Scan(dest...); err != nil {
-				return err
-			}
-			dbNow = now.Time
-			if !ns.Valid {
-				continue
-			}
-			s := seatFromRow(now.Time, leader, term, exp, acq)
-			if rexp.Valid {
-				// Renewed by this statement: the snapshot's row is the one
-				// before the renewal.
-				res.renewed[ns.String] = rexp.Time
-				s.leader, s.expires = g.id, rexp.Time
-			}
-			res.seats[ns.String] = s
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		for _, ns := range names {
-			s, ok := res.seats[ns]
-			if !ok {
-				s = seat{now: dbNow}
-				res.seats[ns] = s
-			}
-			in[ns].m.e.noteSeat(s, sent)
-		}
-		return nil
-	}
-	err := g.batch.autocommit(ctx, "Group", nil, func(conn gorm.ConnPool, _ bool) error {
-		clear(res.seats)
-		clear(res.renewed)
-		res.live = 0
-		// On PostgreSQL the whole round is one statement.
-		if q, ok := dialect.BatchRound(d, len(names), len(held) > 0, g.cfg.Balance); ok {
-			args := make([]any, 0, 8)
-			args = append(args, d.DurationArg(g.base.expire), g.id, id.Hostname, id.PID, id.Label, dialect.TextArray(names))
-			if len(held) > 0 {
-				nss := make([]string, len(held))
-				terms := make([]int64, len(held))
-				for k, h := range held {
-					nss[k], terms[k] = h.mem.ns, h.term
-				}
-				args = append(args, dialect.TextArray(nss), dialect.Int64Array(terms))
-			}
-			sent := time.Now()
-			rows, err := conn.QueryContext(ctx, q, args...)
-			if err != nil {
-				return err
-			}
-			return readSeats(rows, sent, true, g.cfg.Balance)
-		}
-
-		// Elsewhere: renew, then read (with the live count), then
-		// heartbeat.
-		returned := map[string]time.Time{}
-		inferred := false
-		var changed int64
-		if len(held) > 0 {
-			args := []any{d.DurationArg(g.base.expire), g.id}
-			for _, h := range held {
-				args = append(args, h.mem.ns, h.term)
-			}
-			if q, ok := dialect.BatchRenewReturning(d, len(held)); ok {
-				rows, err := conn.QueryContext(ctx, q, args...)
-				if err != nil {
-					return err
-				}
-				if err := scanRenewed(rows, returned); err != nil {
-					return err
-				}
-			} else {
-				n, err := affected(conn.ExecContext(ctx, dialect.BatchRenew(d, len(held)), args...))
-				if err != nil {
-					return err
-				}
-				inferred, changed = true, n
-			}
-		}
-		sent := time.Now()
-		var (
-			rows *sql.Rows
-			err  error
-		)
-		if g.cfg.Balance {
-			args := append(anyArgs(names), g.id)
-			rows, err = conn.QueryContext(ctx, dialect.BatchSeatsLive(d, len(names)), append(args, anyArgs(names)...)...)
-		} else {
-			rows, err = conn.QueryContext(ctx, dialect.BatchSeats(d, len(names)), anyArgs(names)...)
-		}
-		if err != nil {
-			return err
-		}
-		if err := readSeats(rows, sent, false, g.cfg.Balance); err != nil {
-			return err
-		}
-		// The reading began after the renewal committed: a lease is
-		// renewed when the renewal says so (or, without RETURNING, when
-		// the reading shows it held in its term and live, which only this
-		// renewal can have made it) and the reading still shows it held.
-		for _, h := range held {
-			s := res.seats[h.mem.ns]
-			if s.leader != g.id || s.term != h.term || !s.live() {
-				continue
-			}
-			if exp, ok := returned[h.mem.ns]; ok || inferred {
-				if ok && exp.After(s.expires) {
-					s.expires = exp
-				}
-				res.renewed[h.mem.ns] = s.expires
-			}
-		}
-		if inferred && int64(len(res.renewed)) > changed {
-			// More leases read as renewed than the renewal changed:
-			// something else extended them. Trust none of them.
-			g.log.Warn("election: the seats read as renewed outnumber the rows the renewal changed; treating the leases as lost",
-				"renewed", len(res.renewed), "changed", changed)
-			clear(res.renewed)
-		}
-		at := dbNow.Truncate(time.Microsecond)
-		exp := at.Add(g.base.expire).Truncate(time.Microsecond)
-		tat, texp := d.TimeArg(at), d.TimeArg(exp)
-		args := make([]any, 0, 8*len(names))
-		for _, ns := range names {
-			args = append(args, ns, g.id, tat, tat, texp, id.Hostname, id.PID, id.Label)
-		}
-		_, err = conn.ExecContext(ctx, dialect.BatchHeartbeat(d, len(names)), args...)
-		return err
-	})
-	return res, err
-}
-
-// scanRenewed reads BatchRenewReturning's rows into out.
-func scanRenewed(rows *sql.Rows, out map[string]time.Time) error {
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			ns  string
-			exp dialect.Time
-		)
-		if err := rows.Scan(&ns, &exp); err != nil {
-			return err
-		}
-		out[ns] = exp.Time
-	}
-	return rows.Err()
 }
 
 // pruneLed prunes the namespaces the Group leads, as an Elector does its
@@ -449,14 +296,18 @@ func (g *Group) shutdown(ctx context.Context, err error) error {
 }
 
 // unregister deletes the Group's candidate rows in namespaces nss, in one
-// statement.
+// statement, and its member row.
 func (g *Group) unregister(ctx context.Context, nss []string) {
-	if len(nss) == 0 {
-		return
-	}
 	err := g.batch.autocommit(ctx, "Run", nil, func(conn gorm.ConnPool, _ bool) error {
-		args := append([]any{g.id}, anyArgs(nss)...)
-		_, err := conn.ExecContext(ctx, dialect.BatchUnregister(g.base.d, len(nss)), args...)
+		if len(nss) > 0 {
+			args := append([]any{g.id}, anyArgs(nss)...)
+			if _, err := conn.ExecContext(ctx, dialect.BatchUnregister(g.base.d, len(nss)), args...); err != nil {
+				return err
+			}
+		}
+		// With the member row every candidacy of the Group ends at once,
+		// those of the namespaces whose terms are vacated next included.
+		_, err := conn.ExecContext(ctx, dialect.MemberGone(g.base.d), g.id)
 		return err
 	})
 	if err != nil {

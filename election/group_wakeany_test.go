@@ -14,23 +14,6 @@ import (
 	"github.com/sqlelect/sqlelect/session"
 )
 
-// roundSignal reports each round of a Group through the outcome it gives
-// one namespace.
-type roundSignal struct {
-	NopObserver
-	ns     string
-	rounds chan struct{}
-}
-
-func (o *roundSignal) Attempt(a Attempt) {
-	if a.Namespace == o.ns && a.Outcome == OutcomeFollower {
-		select {
-		case o.rounds <- struct{}{}:
-		default:
-		}
-	}
-}
-
 // TestGroupWakeAnyRunsOneRound: a wake-up that names no namespace (a MySQL
 // listener interrupted by another process, a listener that reconnected)
 // makes a Group that follows every one of its namespaces run one round,
@@ -83,14 +66,20 @@ func TestGroupWakeAnyRunsOneRound(t *testing.T) {
 			}
 
 			// Rounds far apart: only the wake-up runs one in the window.
-			probe := &roundSignal{ns: nss[0], rounds: make(chan struct{}, 16)}
-			g, err := NewGroup(ctx, db, uuid.New(), GroupConfig{Namespaces: nss, Interval: 20 * time.Second}, WithLogger(silent), WithObserver(probe))
+			rounds := make(chan struct{}, 16)
+			g, err := NewGroup(ctx, db, uuid.New(), GroupConfig{Namespaces: nss, Interval: 20 * time.Second}, WithLogger(silent))
 			if err != nil {
 				t.Fatal(err)
 			}
+			g.hooks.round = func(roundReport) {
+				select {
+				case rounds <- struct{}{}:
+				default:
+				}
+			}
 			run(g)
 			select {
-			case <-probe.rounds:
+			case <-rounds:
 			case <-time.After(30 * time.Second):
 				t.Fatal("no first round")
 			}
@@ -104,7 +93,7 @@ func TestGroupWakeAnyRunsOneRound(t *testing.T) {
 			k := g.members[nss[0]].m.e.hubKey()
 			wakeAll(listenKey{pool: k.pool, schema: k.schema})
 			select {
-			case <-probe.rounds:
+			case <-rounds:
 			case <-time.After(10 * time.Second):
 				t.Fatal("the wake-up ran no round")
 			}

@@ -87,6 +87,11 @@ const (
 	OutcomeFollower Outcome = "follower"
 	// OutcomeError: the round failed; Attempt.Err says why.
 	OutcomeError Outcome = "error"
+	// OutcomeShed: a Group found the seat free and did not try it: its
+	// rounds were slow (the database overloaded), and attempts on seats
+	// are shed before renewals are. It tries again once its rounds are
+	// quick.
+	OutcomeShed Outcome = "shed"
 )
 
 // Attempt is one election round of an Elector, or what a Group's round or

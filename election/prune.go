@@ -22,9 +22,10 @@ func (e *Election) Prune(ctx context.Context, opts ...CallOption) (int, error) {
 	return e.prune(ctx, opts, []string{e.namespace})
 }
 
-// prune is Prune in namespaces nss: two statements whatever their number,
-// and one more per expired row, each deleted by its key, so that a
-// candidate that came back since the reading is kept.
+// prune is Prune in namespaces nss: three statements whatever their
+// number, and one more per expired row, each deleted by its key, so that a
+// candidate that came back since the reading is kept. Expired member rows
+// (of Groups gone) are pruned whatever their namespaces.
 func (e *Election) prune(ctx context.Context, opts []CallOption, nss []string) (int, error) {
 	var n int
 	err := e.autocommit(ctx, "Prune", opts, func(conn gorm.ConnPool, _ bool) error {
@@ -51,8 +52,22 @@ func (e *Election) prune(ctx context.Context, opts []CallOption, nss []string) (
 		if err := rows.Err(); err != nil {
 			return err
 		}
+		window := e.d.DurationArg(-e.expire)
 		for _, k := range expired {
-			m, err := affected(conn.ExecContext(ctx, e.q.Prune, k.ns, k.id, e.d.DurationArg(-e.expire)))
+			m, err := affected(conn.ExecContext(ctx, e.q.Prune, k.ns, k.id, window, window))
+			if err != nil {
+				return err
+			}
+			n += int(m)
+		}
+		// The member rows of Groups gone for as long (their candidate
+		// rows, once their own, are pruned by then or on a later prune).
+		var members []uuid.UUID
+		if err := e.scanIDs(ctx, conn, &members, dialect.MembersExpired(e.d), window); err != nil {
+			return err
+		}
+		for _, id := range members {
+			m, err := affected(conn.ExecContext(ctx, dialect.PruneMember(e.d), id, window))
 			if err != nil {
 				return err
 			}
@@ -64,6 +79,23 @@ func (e *Election) prune(ctx context.Context, opts []CallOption, nss []string) (
 		return err
 	})
 	return n, err
+}
+
+// scanIDs runs query, whose rows are one id each, into ids.
+func (e *Election) scanIDs(ctx context.Context, conn gorm.ConnPool, ids *[]uuid.UUID, query string, args ...any) error {
+	rows, err := conn.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return err
+		}
+		*ids = append(*ids, id)
+	}
+	return rows.Err()
 }
 
 // pruneEvery is how often a leader prunes: a row is pruned once expired

@@ -139,7 +139,7 @@ func (c *Collector) initLocked(ns string) {
 	c.tenure.WithLabelValues(ns)
 	c.term.WithLabelValues(ns)
 	c.changes.WithLabelValues(ns)
-	for _, o := range []election.Outcome{election.OutcomeLed, election.OutcomeRenewed, election.OutcomeFollower, election.OutcomeError} {
+	for _, o := range []election.Outcome{election.OutcomeLed, election.OutcomeRenewed, election.OutcomeFollower, election.OutcomeError, election.OutcomeShed} {
 		c.elections.WithLabelValues(ns, string(o))
 	}
 	for _, r := range election.StopReasons {

@@ -83,126 +83,136 @@ func TestArrayLiterals(t *testing.T) {
 	}
 }
 
-// TestBatchRoundOnPostgres runs one round over namespaces in every state a
-// round meets and checks what it renewed, wrote and read: a lease held in
-// the term given is renewed; one whose term moved on, one held by another
-// candidate and one already expired are not; a namespace without a seat
-// row reads as absent; the candidate's row is written in every namespace,
-// and the live count counts each candidate once.
-func TestBatchRoundOnPostgres(t *testing.T) {
-	db := testdb.Open(t, testdb.Only(t, "postgres"))
-	raw := testdb.Raw(t, db)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	d, err := dialect.For(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := testdb.Namespace(t)
-	held, moved, other, expired, free := base+`."held"`, base+`.moved\`, base+".other", base+".expired", base+".free"
-	names := []string{held, moved, other, expired, free}
-	me, them := uuid.New(), uuid.New()
-	t.Cleanup(func() {
-		for _, tbl := range []string{"election_leaders", "election_candidates"} {
-			_, _ = raw.Exec("DELETE FROM "+tbl+" WHERE namespace = ANY (CAST($1 AS text[]))", dialect.TextArray(names))
-		}
-	})
-	seat := func(ns string, leader uuid.UUID, term int64, lease string) {
-		t.Helper()
-		if _, err := raw.ExecContext(ctx, "INSERT INTO election_leaders (namespace, leader_id, term, lease_expires_at, acquired_at, updated_at) "+
-			"VALUES ($1, $2, $3, clock_timestamp() + CAST($4 AS interval), clock_timestamp(), clock_timestamp())", ns, leader, term, lease); err != nil {
-			t.Fatal(err)
-		}
-	}
-	seat(held, me, 5, "10 seconds")
-	seat(moved, me, 3, "10 seconds")
-	seat(other, them, 9, "10 seconds")
-	seat(expired, me, 2, "-1 second")
-	if _, err := raw.ExecContext(ctx, "INSERT INTO election_candidates (namespace, candidate_id, registered_at, last_heartbeat_at, expires_at) "+
-		"VALUES ($1, $2, now(), now(), clock_timestamp() + interval '10 seconds'), ($3, $2, now(), now(), clock_timestamp() + interval '10 seconds')",
-		other, them, held); err != nil {
-		t.Fatal(err)
-	}
+// TestGroupRound runs one round of a Group over namespaces in every state
+// a round meets, on every database, and checks what it renewed, wrote and
+// read: a lease held in the term given is renewed; one whose term moved
+// on, one held by another candidate and one already expired are not; the
+// member row is written, and the candidate rows of the namespaces joined,
+// which are live through it; the seats read are the vacant and lapsing
+// ones, those held and those asked for (a namespace without a seat row
+// reads as absent), never a live seat of another candidate the Group did
+// not ask for; and the live count counts each candidate once.
+func TestGroupRound(t *testing.T) {
+	for _, tg := range testdb.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			db := testdb.Open(t, tg)
+			raw := testdb.Raw(t, db)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			d, err := dialect.For(db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q := d.Statements()
+			base := testdb.Namespace(t)
+			held, moved, other, live, expired, vacant, free := base+`."held"`, base+`.moved\`, base+".other", base+".live",
+				base+".expired", base+".vacant", base+".free"
+			names := []string{held, moved, other, live, expired, vacant, free}
+			me, them := uuid.New(), uuid.New()
+			exec := func(query string, args ...any) {
+				t.Helper()
+				if _, err := raw.ExecContext(ctx, d.Rebind(query), args...); err != nil {
+					t.Fatalf("%s: %v", query, err)
+				}
+			}
+			seat := func(ns string, leader *uuid.UUID, term int64, lease time.Duration) {
+				t.Helper()
+				var l, exp any
+				if leader != nil {
+					l, exp = *leader, d.TimeArg(time.Now().Add(lease))
+				}
+				exec("INSERT INTO election_leaders (namespace, leader_id, term, lease_expires_at, acquired_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+					ns, l, term, exp, d.TimeArg(time.Now()), d.TimeArg(time.Now()))
+			}
+			seat(held, &me, 5, 10*time.Second)
+			seat(moved, &me, 3, 10*time.Second)
+			seat(other, &them, 9, 10*time.Second)
+			seat(live, &them, 4, 10*time.Second)
+			seat(expired, &me, 2, -time.Second)
+			seat(vacant, nil, 7, 0)
+			for _, ns := range []string{other, held} {
+				if _, err := raw.ExecContext(ctx, q.UpsertNow, ns, them, d.DurationArg(10*time.Second), "", 0, ""); err != nil {
+					t.Fatal(err)
+				}
+			}
 
-	q, ok := dialect.BatchRound(d, len(names), true, true)
-	if !ok {
-		t.Fatal("BatchRound: not ok on PostgreSQL")
-	}
-	if n, ok := dialect.BatchRoundNamespaces(q); !ok || n != len(names) {
-		t.Errorf("BatchRoundNamespaces = %d, %v; want %d", n, ok, len(names))
-	}
-	expire := 7 * time.Second
-	rows, err := raw.QueryContext(ctx, q, d.DurationArg(expire), me, "host", 42, "label", dialect.TextArray(names),
-		dialect.TextArray([]string{held, moved, expired, other}), dialect.Int64Array([]int64{5, 4, 2, 9}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	type row struct {
-		now     time.Time
-		leader  uuid.NullUUID
-		term    int64
-		renewed dialect.Time
-		live    int
-	}
-	got := map[string]row{}
-	for rows.Next() {
-		var (
-			now, exp, acq, renewed dialect.Time
-			ns                     sql.NullString
-			leader                 uuid.NullUUID
-			term                   sql.NullInt64
-			live                   int
-		)
-		if err := rows.Scan(&now, &ns, &leader, &term, &exp, &acq, &renewed, &live); err != nil {
-			t.Fatal(err)
-		}
-		if !ns.Valid {
-			t.Fatal("a row without a namespace, though seats exist")
-		}
-		got[ns.String] = row{now.Time, leader, term.Int64, renewed, live}
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	rows.Close()
-
-	if len(got) != 4 {
-		t.Fatalf("read %d seats, want 4 (every namespace with a seat row): %v", len(got), got)
-	}
-	if _, ok := got[free]; ok {
-		t.Error("a namespace without a seat row was read as a seat")
-	}
-	h := got[held]
-	if !h.renewed.Valid || h.renewed.Time.Sub(h.now) != expire {
-		t.Errorf("held lease: renewed to %v at %v, want %v later", h.renewed, h.now, expire)
-	}
-	if h.leader.UUID != me || h.term != 5 {
-		t.Errorf("held lease read as %v term %d", h.leader, h.term)
-	}
-	for _, ns := range []string{moved, other, expired} {
-		if r := got[ns]; r.renewed.Valid {
-			t.Errorf("%s: renewed, though the lease is not the candidate's in the term given", ns)
-		}
-	}
-	for ns, r := range got {
-		if r.live != 2 {
-			t.Errorf("%s: %d live candidates, want 2", ns, r.live)
-		}
-	}
-
-	var n int
-	if err := raw.QueryRowContext(ctx, "SELECT count(*) FROM election_candidates WHERE candidate_id = $1 AND namespace = ANY (CAST($2 AS text[])) "+
-		"AND hostname = 'host' AND pid = 42 AND label = 'label' AND expires_at > clock_timestamp()", me, dialect.TextArray(names)).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	if n != len(names) {
-		t.Errorf("%d candidate rows written, want %d", n, len(names))
-	}
-	var lease dialect.Time
-	if err := raw.QueryRowContext(ctx, "SELECT lease_expires_at FROM election_leaders WHERE namespace = $1", moved).Scan(&lease); err != nil {
-		t.Fatal(err)
-	}
-	if lease.Time.Sub(h.now) > 10*time.Second {
-		t.Errorf("the lease whose term moved on was extended to %v", lease.Time)
+			expire := 7 * time.Second
+			in := dialect.RoundIn{Member: me, Hostname: "host", PID: 42, Label: "label", Expire: expire, Horizon: time.Second,
+				Joined: names, Join: names,
+				Held:   []dialect.HeldLease{{Namespace: held, Term: 5}, {Namespace: moved, Term: 4}, {Namespace: expired, Term: 2}, {Namespace: other, Term: 9}},
+				Read:   []string{held, moved, expired, other, free},
+				Sample: []string{held, other}}
+			conn, err := raw.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			out, err := dialect.GroupRound(ctx, conn, d, in)
+			if err != nil {
+				t.Fatalf("GroupRound: %v", err)
+			}
+			got := map[string]dialect.RoundSeat{}
+			for _, s := range out.Seats {
+				got[s.Namespace] = s
+			}
+			want := []string{held, moved, other, expired, vacant, free}
+			for _, ns := range want {
+				if _, ok := got[ns]; !ok {
+					t.Errorf("%s: not read", ns)
+				}
+			}
+			if _, ok := got[live]; ok || len(got) != len(want) {
+				t.Errorf("read %d seats %v, want exactly %q: another candidate's live seat, not asked for, is not read", len(got), got, want)
+			}
+			if got[free].Exists || !got[vacant].Exists || got[vacant].Leader.Valid {
+				t.Errorf("free %+v, vacant %+v", got[free], got[vacant])
+			}
+			// The renewal reads the clock before the reading does, but on
+			// PostgreSQL, where it is one reading.
+			if exp, ok := out.Renewed[held]; !ok || exp.Sub(out.Now) > expire || exp.Sub(out.Now) < expire-time.Second {
+				t.Errorf("held lease: renewed to %v at %v (%v), want %v later", exp, out.Now, ok, expire)
+			}
+			if len(out.Renewed) != 1 {
+				t.Errorf("renewed %v, want only %s", out.Renewed, held)
+			}
+			if out.Live != 2 {
+				t.Errorf("%d live candidates, want 2", out.Live)
+			}
+			// The member keeps its candidate rows alive: they are listed
+			// as live, with its identity.
+			var n int
+			if err := raw.QueryRowContext(ctx, d.Rebind("SELECT COUNT(*) FROM election_members WHERE member_id = ? AND hostname = 'host' AND pid = 42"),
+				me).Scan(&n); err != nil || n != 1 {
+				t.Fatalf("member rows: %d, %v", n, err)
+			}
+			for _, ns := range names {
+				rows, err := raw.QueryContext(ctx, q.List, ns)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var ids []uuid.UUID
+				for rows.Next() {
+					var id uuid.UUID
+					if err := rows.Scan(&id); err != nil {
+						t.Fatal(err)
+					}
+					ids = append(ids, id)
+				}
+				rows.Close()
+				if !slices.Contains(ids, me) {
+					t.Errorf("%s: the member's candidacy is not live: %v", ns, ids)
+				}
+			}
+			// Once the member row lapses, so do they.
+			exec("UPDATE election_members SET expires_at = ? WHERE member_id = ?", d.TimeArg(time.Now().Add(-time.Second)), me)
+			rows, err := raw.QueryContext(ctx, q.List, free)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rows.Next() {
+				t.Errorf("%s: a candidate listed though its member expired", free)
+			}
+			rows.Close()
+		})
 	}
 }

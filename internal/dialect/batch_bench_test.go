@@ -12,11 +12,12 @@ import (
 	"github.com/sqlelect/sqlelect/internal/testdb"
 )
 
-// BenchmarkBatchRound times one Group round on PostgreSQL as the server
+// BenchmarkGroupRound times one Group round on PostgreSQL as the server
 // and the driver see it: n namespaces with 8 live candidates each, the
 // caller holding an eighth of the seats, the others held by the other
-// candidates, with and without the live count Balance reads.
-func BenchmarkBatchRound(b *testing.B) {
+// candidates, with and without the live count Balance reads. The round
+// reads the caller's own seats (and none of the others', all live).
+func BenchmarkGroupRound(b *testing.B) {
 	db := testdb.Open(b, testdb.Only(b, "postgres"))
 	raw := testdb.Raw(b, db)
 	d, err := dialect.For(db)
@@ -63,22 +64,26 @@ func BenchmarkBatchRound(b *testing.B) {
 		}
 		for _, live := range []bool{false, true} {
 			b.Run(fmt.Sprintf("namespaces=%d/live=%v", n, live), func(b *testing.B) {
-				q, args := benchRound(d, names, held, terms, me, live)
+				in := dialect.RoundIn{Member: me, Hostname: "host", PID: 1, Expire: time.Hour, Horizon: time.Second,
+					Joined: names, Read: held}
+				for k, ns := range held {
+					in.Held = append(in.Held, dialect.HeldLease{Namespace: ns, Term: terms[k]})
+				}
+				if live {
+					in.Sample = names[:4]
+				}
+				conn, err := raw.Conn(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer conn.Close()
 				run := func() {
-					rows, err := raw.QueryContext(ctx, q, args...)
+					out, err := dialect.GroupRound(ctx, conn, d, in)
 					if err != nil {
 						b.Fatal(err)
 					}
-					seats := 0
-					for rows.Next() {
-						seats++
-					}
-					if err := rows.Err(); err != nil {
-						b.Fatal(err)
-					}
-					rows.Close()
-					if seats != n {
-						b.Fatalf("%d seats read, want %d", seats, n)
+					if len(out.Seats) != len(held) || len(out.Renewed) != len(held) {
+						b.Fatalf("%d seats read, %d renewed; want %d", len(out.Seats), len(out.Renewed), len(held))
 					}
 				}
 				run()
@@ -91,15 +96,4 @@ func BenchmarkBatchRound(b *testing.B) {
 			})
 		}
 	}
-}
-
-// benchRound is the round BenchmarkBatchRound times, with its arguments:
-// names' seats and heartbeats, the renewal of held in terms, as me.
-func benchRound(d dialect.Dialect, names, held []string, terms []int64, me uuid.UUID, live bool) (string, []any) {
-	q, _ := dialect.BatchRound(d, len(names), len(held) > 0, live)
-	args := []any{d.DurationArg(time.Hour), me, "host", 1, "", dialect.TextArray(names)}
-	if len(held) > 0 {
-		args = append(args, dialect.TextArray(held), dialect.Int64Array(terms))
-	}
-	return q, args
 }

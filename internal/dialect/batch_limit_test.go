@@ -48,12 +48,12 @@ func TestBatchMaxNamespaces(t *testing.T) {
 				// Sent outside the rounds: the pruning of led namespaces
 				// and the unregistering at shutdown.
 				qs := []string{BatchExpired(c.d, n), BatchPruneHistory(c.d, n), BatchUnregister(c.d, n)}
-				if q, ok := BatchRound(c.d, n, true, true); ok {
-					// BatchRound is all PostgreSQL sends in a round.
-					qs = append(qs, q)
+				if _, ok := c.d.(postgres); ok {
+					// The round is all PostgreSQL sends in a round.
+					qs = append(qs, pgRound(c.d, n))
 				} else {
-					qs = append(qs, BatchRenew(c.d, n), BatchSeats(c.d, n), BatchSeatsLive(c.d, n), BatchHeartbeat(c.d, n),
-						BatchLive(c.d, n))
+					p := c.d.(pieces)
+					qs = append(qs, BatchRenew(c.d, n), joinRows(p, n), readSeats(p, n, n, 4))
 					if q, ok := BatchRenewReturning(c.d, n); ok {
 						qs = append(qs, q)
 					}
@@ -75,9 +75,9 @@ func TestBatchMaxNamespaces(t *testing.T) {
 	}
 }
 
-// TestSQLiteBatchAtTheLimit: SQLite runs the heartbeat of
-// BatchMaxNamespaces namespaces and refuses one namespace more, so the limit
-// is the database's, not a guess.
+// TestSQLiteBatchAtTheLimit: SQLite runs the round that joins
+// BatchMaxNamespaces namespaces and refuses one namespace more, so the
+// limit is the database's, not a guess.
 func TestSQLiteBatchAtTheLimit(t *testing.T) {
 	if !CgoEnabled {
 		t.Skip("SQLite needs cgo")
@@ -90,25 +90,25 @@ func TestSQLiteBatchAtTheLimit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := db.ExecContext(ctx, "CREATE TABLE election_candidates (namespace TEXT NOT NULL, candidate_id TEXT NOT NULL, "+
-		"registered_at TEXT, last_heartbeat_at TEXT, expires_at TEXT, hostname TEXT, pid INTEGER, label TEXT, PRIMARY KEY (namespace, candidate_id))"); err != nil {
+		"registered_at TEXT, last_heartbeat_at TEXT, expires_at TEXT, hostname TEXT, pid INTEGER, label TEXT, member_id TEXT, "+
+		"PRIMARY KEY (namespace, candidate_id))"); err != nil {
 		t.Fatal(err)
 	}
 	d := sqlite{}
-	now := d.TimeArg(time.Now())
 	id := uuid.New().String()
-	heartbeat := func(n int) error {
-		args := make([]any, 0, 8*n)
+	join := func(n int) error {
+		args := make([]any, 0, joinBinds*n)
 		for i := range n {
-			args = append(args, fmt.Sprintf("n%05d", i), id, now, now, now, "host", 1, "")
+			args = append(args, fmt.Sprintf("n%05d", i), id, "host", 1, "", id)
 		}
-		_, err := db.ExecContext(ctx, BatchHeartbeat(d, n), args...)
+		_, err := db.ExecContext(ctx, joinRows(d, n), args...)
 		return err
 	}
 	n := BatchMaxNamespaces(d)
-	if err := heartbeat(n); err != nil {
-		t.Fatalf("the heartbeat of %d namespaces: %v", n, err)
+	if err := join(n); err != nil {
+		t.Fatalf("joining %d namespaces: %v", n, err)
 	}
-	if err := heartbeat(n + 1); err == nil || !strings.Contains(err.Error(), "too many SQL variables") {
-		t.Fatalf("the heartbeat of %d namespaces: %v, want too many SQL variables", n+1, err)
+	if err := join(n + 1); err == nil || !strings.Contains(err.Error(), "too many SQL variables") {
+		t.Fatalf("joining %d namespaces: %v, want too many SQL variables", n+1, err)
 	}
 }

@@ -8,16 +8,6 @@ import "sync"
 // database a constant number of statements. They only read and take no
 // lock.
 
-// liveCandidate is the condition under which the candidate row aliased c
-// is a live candidate at the time now (an SQL expression): the one
-// definition of a candidate's liveness for the statements of this file.
-// A candidacy kept alive by something other than the row's own expiry
-// (a per-process row the candidate rows point to) changes here, and every
-// fleet statement follows.
-func liveCandidate(c, now string) string {
-	return c + ".expires_at > " + now
-}
-
 // liveLease is the condition under which the leader row aliased l holds a
 // live lease at the time now.
 func liveLease(l, now string) string {
@@ -84,28 +74,28 @@ func buildFleet(d Dialect) *FleetStatements {
 		// table reads the clock for the count; db_now is its own reading,
 		// microseconds apart.
 		Seats: finish(d, "SELECT t.n, s.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at, "+
-			"c.hostname, c.pid, c.label, c.last_heartbeat_at, c.expires_at, "+
+			"c.hostname, c.pid, c.label, "+candidateTime("c", "last_heartbeat_at")+", "+candidateTime("c", "expires_at")+", "+
 			"h.leader_id, h.hostname, h.pid, h.label, h.acquired_at, h.ended_at, h.end_reason, s.live "+
 			"FROM "+clock+" CROSS JOIN (SELECT x.namespace, SUM(x.live) AS live FROM ("+
 			"SELECT namespace, 0 AS live FROM election_leaders UNION ALL "+
 			"SELECT e.namespace, CASE WHEN "+liveCandidate("e", "u.n")+" THEN 1 ELSE 0 END FROM (SELECT "+p.now()+" AS n LIMIT 1) u "+
-			"CROSS JOIN election_candidates e) x GROUP BY x.namespace) s "+
+			"CROSS JOIN election_candidates e"+withMember("e")+") x GROUP BY x.namespace) s "+
 			"LEFT JOIN election_leaders l ON l.namespace = s.namespace "+
-			"LEFT JOIN election_candidates c ON c.namespace = l.namespace AND c.candidate_id = l.leader_id "+
+			"LEFT JOIN election_candidates c ON c.namespace = l.namespace AND c.candidate_id = l.leader_id"+withMember("c")+" "+
 			"LEFT JOIN election_history h ON h.namespace = l.namespace AND h.term = l.term"),
 		Candidates: finish(d, "SELECT t.n, c.namespace, c.candidate_id, c.hostname, c.pid, c.label, c.registered_at, "+
-			"c.last_heartbeat_at, c.expires_at, CASE WHEN l.namespace IS NULL THEN 0 ELSE 1 END "+
-			"FROM "+clock+" JOIN election_candidates c ON "+liveCandidate("c", "t.n")+" "+
+			candidateTime("c", "last_heartbeat_at")+", "+candidateTime("c", "expires_at")+", CASE WHEN l.namespace IS NULL THEN 0 ELSE 1 END "+
+			"FROM "+clock+" CROSS JOIN election_candidates c"+withMember("c")+" "+
 			"LEFT JOIN election_leaders l ON l.namespace = c.namespace AND l.leader_id = c.candidate_id AND "+liveLease("l", "t.n")+" "+
-			"ORDER BY c.namespace, c.candidate_id"),
+			"WHERE "+liveCandidate("c", "t.n")+" ORDER BY c.namespace, c.candidate_id"),
 		// Grouped by candidate first, then by identity: two hash
 		// aggregates, where COUNT(DISTINCT) would sort every row.
 		Processes: finish(d, "SELECT MAX(p.n), p.hostname, p.pid, p.label, SUM(p.k), COUNT(*), SUM(p.leads), MAX(p.hb) FROM ("+
 			"SELECT t.n, c.hostname, c.pid, c.label, c.candidate_id, COUNT(*) AS k, "+
-			"SUM(CASE WHEN l.namespace IS NULL THEN 0 ELSE 1 END) AS leads, MAX(c.last_heartbeat_at) AS hb "+
-			"FROM "+clock+" JOIN election_candidates c ON "+liveCandidate("c", "t.n")+" "+
+			"SUM(CASE WHEN l.namespace IS NULL THEN 0 ELSE 1 END) AS leads, MAX("+candidateTime("c", "last_heartbeat_at")+") AS hb "+
+			"FROM "+clock+" CROSS JOIN election_candidates c"+withMember("c")+" "+
 			"LEFT JOIN election_leaders l ON l.namespace = c.namespace AND l.leader_id = c.candidate_id AND "+liveLease("l", "t.n")+" "+
-			"GROUP BY t.n, c.hostname, c.pid, c.label, c.candidate_id) p "+
+			"WHERE "+liveCandidate("c", "t.n")+" GROUP BY t.n, c.hostname, c.pid, c.label, c.candidate_id) p "+
 			"GROUP BY p.hostname, p.pid, p.label"),
 		Terms: finish(d, "SELECT t.n, h.namespace, h.term, h.leader_id, h.hostname, h.pid, h.label, h.acquired_at, h.ended_at, h.end_reason "+
 			"FROM "+clock+" CROSS JOIN election_leaders l "+

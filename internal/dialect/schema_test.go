@@ -31,17 +31,11 @@ func TestInSchemaQualifiesEveryStatement(t *testing.T) {
 		}
 	}
 	renew := d.(postgres).renewSQL()
-	all = append(all, renew, BatchRenew(d, 2), BatchSeats(d, 2), BatchHeartbeat(d, 2), BatchLive(d, 2), BatchUnregister(d, 2))
+	all = append(all, renew, BatchRenew(d, 2), BatchUnregister(d, 2), BatchExpired(d, 2), MembersExpired(d), PruneMember(d),
+		MemberGone(d), pgRound(d, 2))
 	m := reflect.ValueOf(Migrations(d)).Elem()
 	for i := 0; i < m.NumField(); i++ {
 		all = append(all, m.Field(i).String())
-	}
-	for _, held := range []bool{false, true} {
-		round, ok := BatchRound(d, 2, held, true)
-		if !ok {
-			t.Fatal("BatchRound: not ok on PostgreSQL")
-		}
-		all = append(all, round)
 	}
 	for _, q := range all {
 		for _, m := range electionTable.FindAllStringSubmatchIndex(q, -1) {
@@ -67,35 +61,24 @@ func TestInSchemaQualifiesEveryStatement(t *testing.T) {
 	}
 }
 
-// TestBatchRoundOnlyOnPostgres: the one-statement round is PostgreSQL's;
-// the other databases run the round's statements one by one.
-func TestBatchRoundOnlyOnPostgres(t *testing.T) {
-	for _, d := range []Dialect{mysql{}, sqlite{}} {
-		if q, ok := BatchRound(d, 3, true, false); ok || q != "" {
-			t.Errorf("%s: BatchRound = %q, %v; want no statement", d.Name(), q, ok)
-		}
-	}
-}
-
-// TestBatchRoundNamespaces: the count of a round's namespaces is read back
-// from the statement, with or without held leases and a schema; other
-// statements are not rounds.
-func TestBatchRoundNamespaces(t *testing.T) {
+// TestGroupRoundNamespaces: the count of a round's namespaces is read back
+// from the statement, with or without a schema; other statements are not
+// rounds.
+func TestGroupRoundNamespaces(t *testing.T) {
 	d, err := InSchema(postgres{}, "app")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, dd := range []Dialect{postgres{}, d} {
 		for _, n := range []int{1, 2, 7} {
-			q, _ := BatchRound(dd, n, n > 2, n > 1)
-			if got, ok := BatchRoundNamespaces(q); !ok || got != n {
-				t.Errorf("%d namespaces: BatchRoundNamespaces = %d, %v", n, got, ok)
+			if got, ok := GroupRoundNamespaces(pgRound(dd, n)); !ok || got != n {
+				t.Errorf("%d namespaces: GroupRoundNamespaces = %d, %v", n, got, ok)
 			}
 		}
 	}
-	for _, q := range []string{BatchHeartbeat(postgres{}, 3), "/* sqlelect round: x namespaces */ SELECT 1",
+	for _, q := range []string{BatchUnregister(postgres{}, 3), "/* sqlelect round: x namespaces */ SELECT 1",
 		"/* sqlelect round: 0 namespaces */ SELECT 1", "/* sqlelect round: 3 */ SELECT 1"} {
-		if n, ok := BatchRoundNamespaces(q); ok {
+		if n, ok := GroupRoundNamespaces(q); ok {
 			t.Errorf("%q counted as a round of %d namespaces", q, n)
 		}
 	}

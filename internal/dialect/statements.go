@@ -48,7 +48,9 @@ type Statements struct {
 	// the clock plus a (negative) duration: namespace, duration.
 	Expired string
 	// Prune deletes one candidate row if it is still expired as Expired
-	// judged it: namespace, candidate id, duration.
+	// judged it, and its member row, when it points to one, is gone or
+	// expired as long: namespace, candidate id, the duration, the duration
+	// again.
 	Prune string
 	// LeaderIdentity reads the leader row and the identity on its leader's
 	// candidate row, unlocked: namespace. It yields exactly one row: db_now,
@@ -168,6 +170,24 @@ type pieces interface {
 	selectLeader(lock Lock) string
 }
 
+// A candidate's liveness, in one place for every statement that reads
+// candidates. A candidate row is live while its own expiry is later than
+// the database clock, or, when it points to a member row (schema version
+// 3: a Group keeps its candidacies alive with one row per process), while
+// that row's is. withMember joins the member row of the candidate row
+// aliased c (as c followed by m); candidateTime is then the row's
+// effective last_heartbeat_at or expires_at, the later of its own and its
+// member's; liveCandidate is the condition that c is live at now.
+func withMember(c string) string {
+	return " LEFT JOIN election_members " + c + "m ON " + c + "m.member_id = " + c + ".member_id"
+}
+
+func candidateTime(c, col string) string {
+	return "CASE WHEN " + c + "m." + col + " > " + c + "." + col + " THEN " + c + "m." + col + " ELSE " + c + "." + col + " END"
+}
+
+func liveCandidate(c, now string) string { return candidateTime(c, "expires_at") + " > " + now }
+
 // insertCandidate begins the statements that write a candidate row with
 // its identity.
 const insertCandidate = "INSERT INTO election_candidates (namespace, candidate_id, registered_at, last_heartbeat_at, expires_at, hostname, pid, label) "
@@ -216,18 +236,23 @@ func build(p pieces) *Statements {
 		VacateTerm:      "UPDATE election_leaders SET leader_id = NULL, lease_expires_at = NULL, updated_at = " + now + " WHERE namespace = ? AND leader_id = ? AND term = ?",
 		DeleteCandidate: "DELETE FROM election_candidates WHERE namespace = ? AND candidate_id = ?",
 		IsLeader:        "SELECT COUNT(*) FROM election_leaders WHERE namespace = ? AND leader_id = ? AND lease_expires_at > " + now,
-		List:            "SELECT candidate_id FROM election_candidates WHERE namespace = ? AND expires_at > " + now + " ORDER BY candidate_id",
-		Expired:         "SELECT candidate_id FROM election_candidates WHERE namespace = ? AND expires_at < " + nowPlus,
-		Prune:           "DELETE FROM election_candidates WHERE namespace = ? AND candidate_id = ? AND expires_at < " + nowPlus,
+		List: "SELECT c.candidate_id FROM election_candidates c" + withMember("c") + " WHERE c.namespace = ? AND " + liveCandidate("c", now) +
+			" ORDER BY c.candidate_id",
+		Expired: "SELECT c.candidate_id FROM election_candidates c" + withMember("c") + " WHERE c.namespace = ? AND " +
+			candidateTime("c", "expires_at") + " < " + nowPlus,
+		// A member's row is judged by the member row, which must be gone
+		// or expired as long: a Group that came back keeps its rows.
+		Prune: "DELETE FROM election_candidates WHERE namespace = ? AND candidate_id = ? AND expires_at < " + nowPlus +
+			" AND NOT EXISTS (SELECT 1 FROM election_members m WHERE m.member_id = election_candidates.member_id AND m.expires_at >= " + nowPlus + ")",
 
 		LeaderIdentity: "SELECT " + now + ", l.leader_id, l.term, l.lease_expires_at, l.acquired_at, c.hostname, c.pid, c.label " +
 			"FROM (SELECT 1) d LEFT JOIN election_leaders l ON l.namespace = ? " +
 			"LEFT JOIN election_candidates c ON c.namespace = l.namespace AND c.candidate_id = l.leader_id",
-		Candidates: "SELECT c.candidate_id, c.hostname, c.pid, c.label, c.registered_at, c.last_heartbeat_at, c.expires_at, " +
-			"CASE WHEN l.namespace IS NULL THEN 0 ELSE 1 END " +
-			"FROM (SELECT " + now + " AS n LIMIT 1) t JOIN election_candidates c ON c.namespace = ? AND c.expires_at > t.n " +
+		Candidates: "SELECT c.candidate_id, c.hostname, c.pid, c.label, c.registered_at, " + candidateTime("c", "last_heartbeat_at") + ", " +
+			candidateTime("c", "expires_at") + ", CASE WHEN l.namespace IS NULL THEN 0 ELSE 1 END " +
+			"FROM (SELECT " + now + " AS n LIMIT 1) t JOIN election_candidates c ON c.namespace = ?" + withMember("c") + " " +
 			"LEFT JOIN election_leaders l ON l.namespace = c.namespace AND l.leader_id = c.candidate_id AND l.lease_expires_at > t.n " +
-			"ORDER BY c.candidate_id",
+			"WHERE " + liveCandidate("c", "t.n") + " ORDER BY c.candidate_id",
 		InsertTerm: insertTerm + "VALUES (?, ?, ?, ?, ?, ?, ?) " + termUpsert(p),
 		EndTerm:    "UPDATE election_history SET ended_at = ?, end_reason = ? WHERE namespace = ? AND term = ? AND ended_at IS NULL",
 		EndHeld: "UPDATE election_history SET ended_at = " + now + ", end_reason = ? " +

@@ -171,7 +171,7 @@ func child() error {
 			// On PostgreSQL a Group's round is one statement, its
 			// heartbeat included: each namespace counts one round. Elsewhere
 			// the batch renewal is followed by the heartbeat, counted above.
-			if n, ok := dialect.BatchRoundNamespaces(q); ok {
+			if n, ok := dialect.GroupRoundNamespaces(q); ok {
 				elections.Add(int64(n))
 			}
 		case strings.Contains(q, "UPDATE election_leaders") && strings.Contains(q, "lease_expires_at >"):

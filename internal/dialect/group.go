@@ -1,0 +1,440 @@
+package dialect
+
+import (
+	"context"
+	"database/sql"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+)
+
+// A Group's round. A Group (one process, a candidate in many namespaces)
+// keeps all its candidacies alive with one member row (schema version 3),
+// which its candidate rows point to: a round refreshes that row, renews
+// the leases the Group holds, and reads only the seats that concern it:
+// those vacant or whose lease ends within a horizon (a lapsing leader's),
+// those it holds, and those it has not read yet. So the database writes
+// one row per process per round, plus one per lease renewed, and reads the
+// process's own seats and the free or expiring ones, never every seat of
+// every namespace; with Balance it also counts the live candidates of a
+// few sampled namespaces.
+
+// HeldLease is a lease a round renews.
+type HeldLease struct {
+	Namespace string
+	Term      int64
+}
+
+// RoundIn is what one round of a Group sends.
+type RoundIn struct {
+	// Member is the Group's candidate id, and the key of its member row;
+	// Hostname, PID and Label are its identity.
+	Member          uuid.UUID
+	Hostname, Label string
+	PID             int
+	// Expire is the expiry window: the member row and each lease renewed
+	// are extended by it.
+	Expire time.Duration
+	// Horizon: a seat whose lease ends sooner than this from now is read.
+	Horizon time.Duration
+	// Joined are the namespaces the round is for, at least one.
+	Joined []string
+	// Held are the leases to renew.
+	Held []HeldLease
+	// Read are namespaces whose seats are read whatever their state: the
+	// held ones (to tell why a lease was not renewed), and those the Group
+	// has not read yet. A namespace without a leader row is reported
+	// with Exists false.
+	Read []string
+	// Join are the namespaces whose candidate rows, pointing to the member
+	// row, the round writes: those joined since the last round.
+	Join []string
+	// Sample are, with Balance, the namespaces whose live candidates are
+	// counted; none without.
+	Sample []string
+}
+
+// RoundSeat is a seat as a round read it.
+type RoundSeat struct {
+	Namespace         string
+	Exists            bool // the namespace has a leader row
+	Leader            uuid.NullUUID
+	Term              int64
+	Expires, Acquired Time
+}
+
+// RoundOut is what a round returned.
+type RoundOut struct {
+	// Now is the database clock the round read; Sent is the local time
+	// before the reading was sent.
+	Now, Sent time.Time
+	// Seats are the seats read: each of Read, and every other joined one
+	// that is vacant or whose lease ends within the horizon.
+	Seats []RoundSeat
+	// Renewed maps each namespace whose lease the round renewed to the
+	// lease's new end.
+	Renewed map[string]time.Time
+	// Live is, with Sample, the most live candidates of one sampled
+	// namespace, the member counted once whether or not its rows are live
+	// yet; 0 without Sample.
+	Live int
+	// Doubtful reports (MySQL family) that more leases read as renewed
+	// than the renewal changed rows: Renewed is then empty.
+	Doubtful bool
+}
+
+// GroupRound runs one round of a Group on conn, each statement committing
+// by itself: on PostgreSQL one statement; elsewhere the member row, the
+// candidate rows joined (when there are), the renewal (when leases are
+// held) and the reading, in that order, so that the reading begins after
+// the renewal committed. The leases of Held that are missing from Renewed
+// were not renewed: their term ended, their lease lapsed, or (PostgreSQL,
+// SQLite) another transaction vacated the seat while the renewal waited
+// for its row.
+func GroupRound(ctx context.Context, conn gorm.ConnPool, d Dialect, in RoundIn) (RoundOut, error) {
+	out := RoundOut{Renewed: map[string]time.Time{}}
+	p := d.(pieces)
+	if _, ok := d.(postgres); ok {
+		nss, terms := make([]string, len(in.Held)), make([]int64, len(in.Held))
+		for i, h := range in.Held {
+			nss[i], terms[i] = h.Namespace, h.Term
+		}
+		out.Sent = time.Now()
+		rows, err := conn.QueryContext(ctx, pgRound(d, len(in.Joined)), in.Member, in.Hostname, int64(in.PID), in.Label,
+			d.DurationArg(in.Expire), TextArray(in.Joined), TextArray(in.Join), TextArray(nss), Int64Array(terms),
+			d.DurationArg(in.Horizon), TextArray(in.Sample), TextArray(in.Read))
+		if err != nil {
+			return out, err
+		}
+		return out, out.scan(rows, in, true)
+	}
+
+	if _, err := conn.ExecContext(ctx, finish(d, memberBeat(p)), in.Member, in.Hostname, int64(in.PID), in.Label, d.DurationArg(in.Expire)); err != nil {
+		return out, err
+	}
+	if len(in.Join) > 0 {
+		args := make([]any, 0, 6*len(in.Join))
+		for _, ns := range in.Join {
+			args = append(args, ns, in.Member, in.Hostname, int64(in.PID), in.Label, in.Member)
+		}
+		if _, err := conn.ExecContext(ctx, finish(d, joinRows(p, len(in.Join))), args...); err != nil {
+			return out, err
+		}
+	}
+	returned, inferred, changed := map[string]time.Time{}, false, int64(0)
+	if len(in.Held) > 0 {
+		args := []any{d.DurationArg(in.Expire), in.Member}
+		for _, h := range in.Held {
+			args = append(args, h.Namespace, h.Term)
+		}
+		if q, ok := BatchRenewReturning(d, len(in.Held)); ok {
+			rows, err := conn.QueryContext(ctx, q, args...)
+			if err != nil {
+				return out, err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var (
+					ns  string
+					exp Time
+				)
+				if err := rows.Scan(&ns, &exp); err != nil {
+					return out, err
+				}
+				returned[ns] = exp.Time
+			}
+			if err := rows.Err(); err != nil {
+				return out, err
+			}
+			rows.Close()
+		} else {
+			res, err := conn.ExecContext(ctx, BatchRenew(d, len(in.Held)), args...)
+			if err == nil {
+				changed, err = res.RowsAffected()
+			}
+			if err != nil {
+				return out, err
+			}
+			inferred = true
+		}
+	}
+	args := make([]any, 0, len(in.Joined)+len(in.Read)+len(in.Sample)+2)
+	for _, ns := range in.Sample {
+		args = append(args, ns)
+	}
+	if len(in.Sample) > 0 {
+		args = append(args, in.Member)
+	}
+	args = append(args, anyStrings(in.Joined)...)
+	args = append(args, d.DurationArg(in.Horizon))
+	args = append(args, anyStrings(in.Read)...)
+	out.Sent = time.Now()
+	rows, err := conn.QueryContext(ctx, finish(d, readSeats(p, len(in.Joined), len(in.Read), len(in.Sample))), args...)
+	if err != nil {
+		return out, err
+	}
+	if err := out.scan(rows, in, false); err != nil {
+		return out, err
+	}
+	// The reading began after the renewal committed: a lease is renewed
+	// when the renewal says so, or, without RETURNING, when the reading
+	// shows it held in its term and live, which only this renewal can
+	// have made it, a term never returning to a candidate once it left.
+	seats := make(map[string]RoundSeat, len(out.Seats))
+	for _, s := range out.Seats {
+		seats[s.Namespace] = s
+	}
+	for _, h := range in.Held {
+		s := seats[h.Namespace]
+		if !s.Leader.Valid || s.Leader.UUID != in.Member || s.Term != h.Term || !s.Expires.Time.After(out.Now) {
+			continue
+		}
+		if exp, ok := returned[h.Namespace]; ok || inferred {
+			if ok && exp.After(s.Expires.Time) {
+				s.Expires.Time = exp
+			}
+			out.Renewed[h.Namespace] = s.Expires.Time
+		}
+	}
+	if inferred && int64(len(out.Renewed)) > changed {
+		clear(out.Renewed)
+		out.Doubtful = true
+	}
+	return out, nil
+}
+
+// scan reads a round's rows: db_now, namespace, leader_id, term,
+// lease_expires_at, acquired_at, then (with renewed) the renewal's new
+// expiry, then the live count. A row of NULLs but the clock and the count
+// stands for no seat. Each namespace of in.Read without a row is reported
+// with Exists false.
+func (out *RoundOut) scan(rows *sql.Rows, in RoundIn, renewed bool) error {
+	defer rows.Close()
+	seen := map[string]bool{}
+	for rows.Next() {
+		var (
+			now, exp, acq, rexp Time
+			ns                  sql.NullString
+			leader              uuid.NullUUID
+			term                sql.NullInt64
+			live                sql.NullInt64
+		)
+		dest := []any{&now, &ns, &leader, &term, &exp, &acq}
+		if renewed {
+			dest = append(dest, &rexp)
+		}
+		dest = append(dest, &live)
+		if err := rows.Scan(dest...); err != nil {
+			return err
+		}
+		out.Now, out.Live = now.Time, int(live.Int64)
+		if !ns.Valid || seen[ns.String] {
+			continue
+		}
+		seen[ns.String] = true
+		out.Seats = append(out.Seats, RoundSeat{Namespace: ns.String, Exists: true, Leader: leader, Term: term.Int64, Expires: exp, Acquired: acq})
+		if rexp.Valid {
+			out.Renewed[ns.String] = rexp.Time
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, ns := range in.Read {
+		if !seen[ns] {
+			seen[ns] = true
+			out.Seats = append(out.Seats, RoundSeat{Namespace: ns})
+		}
+	}
+	return nil
+}
+
+// memberKeep are the member row's columns a round refreshes.
+var memberKeep = []string{"hostname", "pid", "label", "last_heartbeat_at", "expires_at"}
+
+// memberBeat creates or refreshes a member row from one reading of the
+// clock: member id, hostname, pid, label, expiry window.
+func memberBeat(p pieces) string {
+	return "INSERT INTO election_members (member_id, hostname, pid, label, registered_at, last_heartbeat_at, expires_at) " +
+		"SELECT ?, ?, ?, ?, t.n, t.n, " + p.plus("t.n") + " FROM (SELECT " + p.now() + " AS n LIMIT 1) t WHERE 1 = 1 " +
+		p.upsert([]string{"member_id"}, memberKeep)
+}
+
+// joinKeep are the columns a member's candidate row refreshes when it is
+// written again.
+var joinKeep = []string{"last_heartbeat_at", "expires_at", "hostname", "pid", "label", "member_id"}
+
+// joinRows writes n candidate rows of a member, live only through it
+// (their own expiry is their registration): per row, namespace, candidate
+// id, hostname, pid, label, member id.
+func joinRows(p pieces, n int) string {
+	now := p.now()
+	row := "(?, ?, " + now + ", " + now + ", " + now + ", ?, ?, ?, ?)"
+	return insertMemberCandidate + "VALUES " + strings.Repeat(row+", ", n-1) + row + " " + p.upsert(candidateKey, joinKeep)
+}
+
+const insertMemberCandidate = "INSERT INTO election_candidates (namespace, candidate_id, registered_at, last_heartbeat_at, expires_at, hostname, pid, label, member_id) "
+
+// readSeats is the reading of a round but PostgreSQL's: parameters are the
+// sampled namespaces and the member id (when sample > 0), the joined
+// namespaces, the horizon (a duration), then the namespaces read whatever
+// their state.
+func readSeats(p pieces, joined, read, sample int) string {
+	live := "0"
+	if sample > 0 {
+		live = "(SELECT COALESCE(MAX(x.k), 0) + 1 FROM (SELECT COUNT(*) AS k FROM election_candidates e" + withMember("e") +
+			" WHERE e.namespace IN (" + marks(sample) + ") AND " + liveCandidate("e", p.now()) +
+			" AND e.candidate_id <> ? GROUP BY e.namespace) x)"
+	}
+	on := "(l.namespace IN (" + marks(joined) + ") AND (l.lease_expires_at IS NULL OR l.lease_expires_at < " + p.plus("t.n") + "))"
+	if read > 0 {
+		on += " OR l.namespace IN (" + marks(read) + ")"
+	}
+	return "SELECT t.n, l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at, t.k FROM (SELECT " + p.now() +
+		" AS n, " + live + " AS k LIMIT 1) t LEFT JOIN election_leaders l ON " + on
+}
+
+// roundTag begins every PostgreSQL round: a comment that names the number
+// of namespaces in it, since they travel in one array parameter.
+const roundTag = "/* sqlelect round: "
+
+// GroupRoundNamespaces reports whether q is a statement of a Group's round
+// on PostgreSQL and over how many namespaces (for tools that count
+// statements).
+func GroupRoundNamespaces(q string) (n int, ok bool) {
+	rest, found := strings.CutPrefix(q, roundTag)
+	if !found {
+		return 0, false
+	}
+	count, _, found := strings.Cut(rest, " namespaces */ ")
+	if !found {
+		return 0, false
+	}
+	n, err := strconv.Atoi(count)
+	if err != nil || n < 1 {
+		return 0, false
+	}
+	return n, true
+}
+
+// pgRound is the whole round on PostgreSQL, one statement whose
+// data-modifying WITH items share one reading of the clock. Its text
+// depends on the number of namespaces only through its leading comment:
+// they travel as arrays. Parameters: member id, hostname, pid, label,
+// expiry window; the joined namespaces; those to join; the held leases'
+// namespaces and terms; the horizon; the sampled namespaces; those read
+// whatever their state.
+//
+// The seats are read from the statement's snapshot, taken before the
+// renewal touched any row: a seat vacated by a transaction that committed
+// while the renewal waited for its row lock still reads as held, and the
+// renewal, which checks the row again once the lock is granted, skips it.
+// Only the renewal's expiry, in its own column, says a lease was renewed.
+func pgRound(d Dialect, n int) string {
+	until := "c.n + CAST($5 AS bigint) * interval '1 microsecond'"
+	return finish(d, roundTag+strconv.Itoa(n)+" namespaces */ WITH c AS (SELECT clock_timestamp() AS n), "+
+		"m AS (INSERT INTO election_members (member_id, hostname, pid, label, registered_at, last_heartbeat_at, expires_at) "+
+		"SELECT $1, CAST($2 AS text), CAST($3 AS bigint), CAST($4 AS text), c.n, c.n, "+until+" FROM c "+
+		onConflictUpdate([]string{"member_id"}, memberKeep)+"), "+
+		"j AS ("+insertMemberCandidate+"SELECT v.ns, $1, c.n, c.n, c.n, CAST($2 AS text), CAST($3 AS bigint), CAST($4 AS text), $1 "+
+		"FROM c, unnest(CAST($7 AS text[])) AS v(ns) "+onConflictUpdate(candidateKey, joinKeep)+"), "+
+		"r AS (UPDATE election_leaders AS u SET lease_expires_at = "+until+", updated_at = c.n "+
+		"FROM c, unnest(CAST($8 AS text[]), CAST($9 AS bigint[])) AS t(ns, term) "+
+		"WHERE u.namespace = t.ns AND u.term = t.term AND u.leader_id = $1 AND u.lease_expires_at > c.n "+
+		"RETURNING u.namespace, u.lease_expires_at), "+
+		// Counted once, in a WITH item of its own: as a subquery of the
+		// SELECT list it would be counted again for every seat.
+		"k AS (SELECT COALESCE(MAX(x.k), 0) + 1 AS n FROM (SELECT COUNT(*) AS k FROM c, unnest(CAST($11 AS text[])) AS a(ns) "+
+		"JOIN election_candidates e ON e.namespace = a.ns"+withMember("e")+" WHERE "+liveCandidate("e", "c.n")+
+		" AND e.candidate_id <> $1 GROUP BY a.ns) x), "+
+		// The joined namespaces are hashed and the leader rows found
+		// through the lease's index, so that only the vacant and lapsing
+		// seats are read, then those read whatever their state, by key.
+		"s AS (SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at FROM c "+
+		"JOIN election_leaders l ON l.lease_expires_at IS NULL OR l.lease_expires_at < c.n + CAST($10 AS bigint) * interval '1 microsecond' "+
+		"WHERE l.namespace IN (SELECT unnest(CAST($6 AS text[]))) "+
+		"UNION SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at "+
+		"FROM unnest(CAST($12 AS text[])) AS a(ns) JOIN election_leaders l ON l.namespace = a.ns) "+
+		"SELECT c.n, s.namespace, s.leader_id, s.term, s.lease_expires_at, s.acquired_at, r.lease_expires_at, k.n "+
+		"FROM c CROSS JOIN k LEFT JOIN s ON true LEFT JOIN r ON r.namespace = s.namespace")
+}
+
+// MemberGone deletes a member row: member id. A Group that stops deletes
+// it after its candidate rows.
+func MemberGone(d Dialect) string {
+	return finish(d, "DELETE FROM election_members WHERE member_id = ?")
+}
+
+func anyStrings(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+// TakeSeats grants, on PostgreSQL, every free seat of nss to the member in
+// one statement, as TakeSeat does one: a namespace without a leader row
+// gets one in term 1; an existing seat is locked (in namespace order, so
+// that two Groups taking overlapping seats never deadlock), the clock read
+// after its lock, and granted in the next term if it is vacant or its
+// lease has lapsed, with the lapsed term ended as expired in the history
+// and the new one recorded. A seat found held is left alone. It returns
+// the grants; ok is false on the other databases, whose Groups take seats
+// one at a time. The member's candidate rows are not touched: its member
+// row keeps them.
+func TakeSeats(ctx context.Context, conn gorm.ConnPool, d Dialect, member uuid.UUID, nss []string, expire time.Duration,
+	hostname string, pid int, label, expired string) (grants []RoundSeat, ok bool, err error) {
+	if _, ok := d.(postgres); !ok {
+		return nil, false, nil
+	}
+	rows, err := conn.QueryContext(ctx, finish(d, pgTakeSeats()), TextArray(nss), member, d.DurationArg(expire), hostname, int64(pid), label, expired)
+	if err != nil {
+		return nil, true, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		s := RoundSeat{Exists: true, Leader: uuid.NullUUID{UUID: member, Valid: true}}
+		if err := rows.Scan(&s.Namespace, &s.Term, &s.Expires, &s.Acquired); err != nil {
+			return nil, true, err
+		}
+		grants = append(grants, s)
+	}
+	return grants, true, rows.Err()
+}
+
+// pgTakeSeats is TakeSeats' statement. Parameters: the namespaces (a text
+// array), member id, expiry window, hostname, pid, label, the end reason of
+// a lapsed term.
+func pgTakeSeats() string {
+	p := postgres{}
+	id, identity := "CAST($2 AS uuid)", "CAST($4 AS text), CAST($5 AS bigint), CAST($6 AS text)"
+	plus := func(t string) string { return t + " + CAST($3 AS bigint) * interval '1 microsecond'" }
+	return "WITH w AS (SELECT DISTINCT unnest(CAST($1 AS text[])) AS ns), " +
+		"c AS (SELECT clock_timestamp() AS n), " +
+		"i AS (INSERT INTO election_leaders (namespace, leader_id, term, lease_expires_at, acquired_at, updated_at) " +
+		"SELECT w.ns, " + id + ", 1, " + plus("c.n") + ", c.n, c.n FROM w, c ORDER BY w.ns ON CONFLICT (namespace) DO NOTHING " +
+		"RETURNING namespace, term, lease_expires_at, acquired_at), " +
+		"k AS (SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at FROM election_leaders l JOIN w ON w.ns = l.namespace " +
+		"ORDER BY l.namespace FOR UPDATE OF l), " +
+		"s AS (SELECT clock_timestamp() AS n, k.* FROM k), " +
+		"g AS (UPDATE election_leaders AS t SET leader_id = " + id + ", term = t.term + 1, lease_expires_at = " + plus("s.n") +
+		", acquired_at = s.n, updated_at = s.n FROM s WHERE t.namespace = s.namespace AND t.term = s.term " +
+		"AND (s.leader_id IS NULL OR s.lease_expires_at <= s.n) " +
+		"RETURNING t.namespace, t.term, t.lease_expires_at, t.acquired_at, s.leader_id AS old, s.term AS old_term, s.lease_expires_at AS old_end), " +
+		"x AS (UPDATE election_history AS o SET ended_at = g.old_end, end_reason = $7 FROM g " +
+		"WHERE o.namespace = g.namespace AND o.term = g.old_term AND g.old IS NOT NULL AND o.ended_at IS NULL), " +
+		"a AS (SELECT namespace, term, lease_expires_at, acquired_at FROM g UNION ALL SELECT namespace, term, lease_expires_at, acquired_at FROM i), " +
+		"h AS (" + insertTerm + "SELECT a.namespace, a.term, " + id + ", " + identity + ", a.acquired_at FROM a " + termUpsert(p) + ") " +
+		"SELECT namespace, term, lease_expires_at, acquired_at FROM a"
+}
+
+// TakesSeatsAtOnce reports whether d grants many seats in one statement
+// (TakeSeats).
+func TakesSeatsAtOnce(d Dialect) bool {
+	_, ok := d.(postgres)
+	return ok
+}
