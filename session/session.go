@@ -152,15 +152,14 @@ func openPool(o dialect.Opened, wrap func(driver.Connector) driver.Connector) (*
 	return openPool(o, wrap)
 }
 
-// ping pings the pool until ctx ends. On SQLite a first connection runs the
-// DSN's PRAGMAs, and switching a new file to WAL needs a lock that the
-// busy timeout does not wait for: processes opening the same new file at
-// once get "database is locked" until one of them has switched it. Such an
-// error is retried after a short pause.
+// ping pings the pool until ctx ends, retrying after a short pause the
+// errors the dialect says a new pool may get for a moment
+// (dialect.RetryPing): on SQLite, processes opening the same new file at
+// once get "database is locked" until one of them has switched it to WAL.
 func ping(ctx context.Context, db *sql.DB, d dialect.Dialect) error {
 	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
 		err := db.PingContext(ctx)
-		if err == nil || d == nil || d.Name() != "sqlite" || d.Classify(err) != dialect.Transient {
+		if err == nil || d == nil || !dialect.RetryPing(d, err) {
 			return err
 		}
 		select {
