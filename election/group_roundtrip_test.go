@@ -43,7 +43,7 @@ func openCountedDSN(tb testing.TB, tg testdb.Target) (*gorm.DB, *rtcount.Counter
 	tb.Helper()
 	dsn := tg.DSN
 	if tg.Name == "sqlite" {
-		dsn = "sqlite:" + filepath.Join(tb.TempDir(), "grouprt.db")
+		dsn = tg.SQLiteDSN(filepath.Join(tb.TempDir(), "grouprt.db"))
 	}
 	c := &rtcount.Counter{}
 	db, err := session.OpenWrapped(dsn, c.Wrap)
