@@ -4,8 +4,10 @@ import (
 	"database/sql/driver"
 	"fmt"
 	"net/url"
+	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/google/uuid"
@@ -174,6 +176,11 @@ func openSQLite(path string) (Opened, error) {
 		q.Set("vfs", "memdb")
 	}
 	memory := q.Get("vfs") == "memdb" || q.Get("mode") == "memory"
+	if !memory {
+		if err := claimSQLiteFile(strings.TrimPrefix(base, "file:"), drv); err != nil {
+			return Opened{}, err
+		}
+	}
 	driverName := "sqlite3"
 	if drv == SQLiteModernc {
 		if err := moderncQuery(q, memory); err != nil {
@@ -195,6 +202,32 @@ func openSQLite(path string) (Opened, error) {
 		Pool:   PoolSettings{MaxIdleConns: 32},
 		Target: Target{Database: "sqlite", Where: strings.TrimPrefix(base, "file:")},
 	}, nil
+}
+
+// sqliteFiles maps each SQLite file this process opened (its absolute
+// path) to the driver it opened it with.
+var sqliteFiles sync.Map
+
+// claimSQLiteFile records that this process opens the file at path with
+// the driver drv, and refuses the other driver on a file the process
+// opened with one. Each driver is a copy of SQLite with its own table of
+// the process's POSIX locks, and the kernel does not tell two holders in
+// one process apart: the two would write the file at once and corrupt it.
+// Processes on different drivers share a file safely.
+func claimSQLiteFile(path, drv string) error {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil // a name SQLite will resolve or refuse itself
+	}
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
+		abs = filepath.Join(dir, filepath.Base(abs))
+	}
+	if prev, loaded := sqliteFiles.LoadOrStore(abs, drv); loaded && prev != drv {
+		return fmt.Errorf("%w: sqlite file %s is already open in this process through %s=%s; "+
+			"two SQLite drivers in one process do not see each other's locks and would corrupt it: "+
+			"open it through %s=%s here too", ErrDSN, abs, sqliteDriverParam, prev, sqliteDriverParam, prev)
+	}
+	return nil
 }
 
 // mattnQuery adds to q, in mattn/go-sqlite3's parameters, the settings the

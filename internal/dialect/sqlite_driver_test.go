@@ -354,3 +354,25 @@ func TestSQLiteDriverCheck(t *testing.T) {
 		}
 	})
 }
+
+// TestSQLiteDriverOneFileOneDriver: a process that opened a SQLite file
+// through one driver is refused the other on the same file (also by
+// another name for it), since two copies of SQLite in one process would
+// not see each other's locks; the same driver, and another file, are fine.
+func TestSQLiteDriverOneFileOneDriver(t *testing.T) {
+	if !dialect.CgoEnabled {
+		t.Skip("mattn/go-sqlite3 needs cgo")
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "one.db")
+	rawSQLite(t, "sqlite:"+path+"?driver=mattn")
+	rawSQLite(t, "file:"+path+"?driver=mattn&_busy_timeout=100")
+	for _, dsn := range []string{"sqlite:" + path + "?driver=modernc", "sqlite:" + filepath.Join(dir, ".", "x", "..", "one.db") + "?driver=modernc"} {
+		_, err := dialect.Open(dsn)
+		if !errors.Is(err, dialect.ErrDSN) || !strings.Contains(err.Error(), "driver=mattn") {
+			t.Errorf("Open(%s) after driver=mattn on the same file = %v, want ErrDSN naming driver=mattn", dsn, err)
+		}
+	}
+	rawSQLite(t, "sqlite:"+filepath.Join(dir, "two.db")+"?driver=modernc")
+	rawSQLite(t, "sqlite::memory:?driver=modernc")
+}
