@@ -29,7 +29,7 @@ func (benchBare) TableName() string { return "bench_bare" }
 
 // bareNs is the ns/op of BareUpdate per database, measured earlier in the
 // same run, for the x-bare metric of the protocol calls.
-var bareNs sync.Map // database name -> float64
+var bareNs sync.Map // target (testdb.Target.String) -> float64
 
 // BenchmarkProtocol measures every protocol call on every configured
 // database: ns/op, round trips/op (roundtrips/op) and the ratio of its time
@@ -40,6 +40,16 @@ var bareNs sync.Map // database name -> float64
 func BenchmarkProtocol(b *testing.B) {
 	for _, tg := range testdb.Targets(b) {
 		b.Run(tg.Name, func(b *testing.B) { benchDatabase(b, tg) })
+	}
+}
+
+// BenchmarkSQLiteDrivers runs BenchmarkProtocol's calls on SQLite through
+// each driver this binary can use, side by side in one run:
+// mattn/go-sqlite3 (with cgo) and modernc.org/sqlite. Each driver's x-bare
+// is against its own BareUpdate.
+func BenchmarkSQLiteDrivers(b *testing.B) {
+	for _, tg := range testdb.SQLiteDrivers() {
+		b.Run(tg.Driver, func(b *testing.B) { benchDatabase(b, tg) })
 	}
 }
 
@@ -159,7 +169,7 @@ func (m *meter) end() float64 {
 	m.b.ReportMetric(ns, "ns/op")
 	n := m.f.c.Snapshot().Sub(m.start).Sub(m.excluded)
 	m.b.ReportMetric(float64(n.Total())/float64(m.b.N), "roundtrips/op")
-	if bare, ok := bareNs.Load(m.f.tg.Name); ok {
+	if bare, ok := bareNs.Load(m.f.tg.String()); ok {
 		m.b.ReportMetric(ns/bare.(float64), "x-bare")
 	}
 	var each rtcount.Counts
@@ -180,12 +190,12 @@ func addCounts(a, b rtcount.Counts) rtcount.Counts {
 }
 
 func (f *bench) bareUpdate(b *testing.B) {
-	bareNs.Delete(f.tg.Name) // no x-bare for the baseline itself
+	bareNs.Delete(f.tg.String()) // no x-bare for the baseline itself
 	m := f.begin(b)
 	for i := 0; i < b.N; i++ {
 		f.bare(f.ctx, b)
 	}
-	bareNs.Store(f.tg.Name, m.end())
+	bareNs.Store(f.tg.String(), m.end())
 }
 
 // bare runs the baseline statement once.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sqlelect/sqlelect/election"
 	"github.com/sqlelect/sqlelect/internal/testdb"
+	"github.com/sqlelect/sqlelect/migrate"
 )
 
 // Sizes of the in-process contention tests.
@@ -214,65 +215,89 @@ func TestMultiProcess(t *testing.T) {
 	for _, tg := range testdb.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
 			dsn, db := testdb.Shared(t, tg)
-			ns := testdb.Namespace(t)
-			dir := t.TempDir()
-			ready := filepath.Join(dir, "ready")
-			if err := os.Mkdir(ready, 0o700); err != nil {
-				t.Fatal(err)
-			}
-			type child struct {
-				cmd    *exec.Cmd
-				out    string
-				output bytes.Buffer
-			}
-			children := make([]*child, multiProcs)
-			for i := range children {
-				c := &child{out: filepath.Join(dir, fmt.Sprintf("p%d.json", i))}
-				c.cmd = exec.Command(os.Args[0], "-test.run=^$")
-				c.cmd.Env = append(os.Environ(),
-					childEnv+"="+fmt.Sprintf("p%d", i),
-					childDSNEnv+"="+dsn,
-					childNSEnv+"="+ns,
-					childOutEnv+"="+c.out,
-					childReadyEnv+"="+ready,
-					childProcsEnv+"="+strconv.Itoa(multiProcs),
-				)
-				c.cmd.Stdout, c.cmd.Stderr = &c.output, &c.output
-				if err := c.cmd.Start(); err != nil {
-					t.Fatalf("starting child %d: %v", i, err)
-				}
-				children[i] = c
-			}
-			for i, c := range children {
-				if err := c.cmd.Wait(); err != nil {
-					t.Errorf("child %d: %v\n%s", i, err, c.output.String())
-					continue
-				}
-				out := strings.TrimSpace(c.output.String())
-				t.Log(out)
-				if strings.Contains(out, "warnings [\"") {
-					t.Errorf("child %d: the library warned", i)
-				}
-			}
-			if t.Failed() {
-				return
-			}
-			all := newLedger()
-			for i, c := range children {
-				f := readLedger(t, c.out)
-				if want := multiGoroutines * multiRounds; f.Elects < want {
-					t.Errorf("child %d recorded %d Elect results, want %d", i, f.Elects, want)
-				}
-				all.add(f)
-			}
-			res := all.check(t)
-			if res.Terms < 2 {
-				t.Errorf("only %d terms: the processes never changed leaders", res.Terms)
-			}
-			checkHistory(t, db, ns, all.rec.History())
-			t.Logf("%d processes: %d Elect calls, %d terms, %d releases", multiProcs, all.elects, res.Terms, all.releases)
+			multiProcess(t, db, func(int) string { return dsn })
 		})
 	}
+}
+
+// TestMultiProcessSQLiteDrivers runs TestMultiProcess's workload on one
+// SQLite file with the processes on alternate drivers: those of a program
+// built with cgo (mattn/go-sqlite3) and of a static one (modernc.org/sqlite)
+// share the file's locks, so they may run one election. (Two drivers in one
+// process may not: each SQLite keeps its own table of the process's POSIX
+// locks, which the kernel does not tell apart.)
+func TestMultiProcessSQLiteDrivers(t *testing.T) {
+	drivers := testdb.SQLiteDrivers()
+	if len(drivers) < 2 {
+		t.Skip("mattn/go-sqlite3 needs cgo")
+	}
+	path := filepath.Join(t.TempDir(), "shared.db")
+	db := testdb.OpenDSN(t, drivers[0].SQLiteDSN(path))
+	must(t, "migrate.Up", migrate.Up(testCtx(t), db))
+	multiProcess(t, db, func(i int) string { return drivers[i%len(drivers)].SQLiteDSN(path) })
+}
+
+// multiProcess runs the contention workload in multiProcs child processes,
+// child i on dsn(i), all on db's database, and checks what they saw.
+func multiProcess(t *testing.T, db *gorm.DB, dsn func(i int) string) {
+	t.Helper()
+	ns := testdb.Namespace(t)
+	dir := t.TempDir()
+	ready := filepath.Join(dir, "ready")
+	if err := os.Mkdir(ready, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	type child struct {
+		cmd    *exec.Cmd
+		out    string
+		output bytes.Buffer
+	}
+	children := make([]*child, multiProcs)
+	for i := range children {
+		c := &child{out: filepath.Join(dir, fmt.Sprintf("p%d.json", i))}
+		c.cmd = exec.Command(os.Args[0], "-test.run=^$")
+		c.cmd.Env = append(os.Environ(),
+			childEnv+"="+fmt.Sprintf("p%d", i),
+			childDSNEnv+"="+dsn(i),
+			childNSEnv+"="+ns,
+			childOutEnv+"="+c.out,
+			childReadyEnv+"="+ready,
+			childProcsEnv+"="+strconv.Itoa(multiProcs),
+		)
+		c.cmd.Stdout, c.cmd.Stderr = &c.output, &c.output
+		if err := c.cmd.Start(); err != nil {
+			t.Fatalf("starting child %d: %v", i, err)
+		}
+		children[i] = c
+	}
+	for i, c := range children {
+		if err := c.cmd.Wait(); err != nil {
+			t.Errorf("child %d: %v\n%s", i, err, c.output.String())
+			continue
+		}
+		out := strings.TrimSpace(c.output.String())
+		t.Log(out)
+		if strings.Contains(out, "warnings [\"") {
+			t.Errorf("child %d: the library warned", i)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	all := newLedger()
+	for i, c := range children {
+		f := readLedger(t, c.out)
+		if want := multiGoroutines * multiRounds; f.Elects < want {
+			t.Errorf("child %d recorded %d Elect results, want %d", i, f.Elects, want)
+		}
+		all.add(f)
+	}
+	res := all.check(t)
+	if res.Terms < 2 {
+		t.Errorf("only %d terms: the processes never changed leaders", res.Terms)
+	}
+	checkHistory(t, db, ns, all.rec.History())
+	t.Logf("%d processes: %d Elect calls, %d terms, %d releases", multiProcs, all.elects, res.Terms, all.releases)
 }
 
 func readLedger(t *testing.T, path string) ledgerFile {

@@ -71,7 +71,7 @@ func openCountedWith(tb testing.TB, tg testdb.Target, c *rtcount.Counter) (*gorm
 	tb.Helper()
 	dsn := tg.DSN
 	if tg.Name == "sqlite" {
-		dsn = "sqlite:" + filepath.Join(tb.TempDir(), "grouprt.db")
+		dsn = tg.SQLiteDSN(filepath.Join(tb.TempDir(), "grouprt.db"))
 	}
 	db, err := session.OpenWrapped(dsn, c.Wrap)
 	if err != nil {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/google/uuid"
 	gormmysql "gorm.io/driver/mysql"
-	gormsqlite "gorm.io/driver/sqlite"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
@@ -340,7 +339,7 @@ func unsafeHandle(t *testing.T, tg testdb.Target) *gorm.DB {
 	switch tg.Name {
 	case "sqlite":
 		// Rollback journal, no busy timeout.
-		d = gormsqlite.Open(filepath.Join(t.TempDir(), "plain.db"))
+		d = testdb.PlainSQLite(t, filepath.Join(t.TempDir(), "plain.db"), "", "")
 	case "mysql":
 		// The driver's own DSN without parseTime.
 		d = gormmysql.Open(strings.TrimPrefix(tg.DSN, "mysql://"))

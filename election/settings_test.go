@@ -14,7 +14,6 @@ import (
 	drv "github.com/go-sql-driver/mysql"
 	"github.com/google/uuid"
 	gormmysql "gorm.io/driver/mysql"
-	gormsqlite "gorm.io/driver/sqlite"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
@@ -48,29 +47,35 @@ func wantUnsafe(t *testing.T, err error, setting string) {
 	}
 }
 
-// TestPlainSQLite: a SQLite handle opened the plain way either works under
-// contention or is refused with the setting to add.
+// TestPlainSQLite: a SQLite handle opened the plain way, on the driver the
+// tests run on, either works under contention or is refused with the
+// setting to add, in that driver's own parameters.
 func TestPlainSQLite(t *testing.T) {
 	dir := t.TempDir()
 	setup := testdb.OpenDSN(t, "sqlite:"+filepath.Join(dir, "plain.db"))
 	must(t, "migrate.Up", migrate.Up(testCtx(t), setup))
 	path := filepath.Join(dir, "plain.db")
+	journal, busy := "_journal_mode=WAL", "_busy_timeout=5000"
+	if testdb.SQLiteDriver() == "modernc" {
+		journal, busy = "_pragma=journal_mode(WAL)", "_pragma=busy_timeout(5000)"
+	}
 
 	t.Run("RollbackJournal", func(t *testing.T) {
 		// A new file: its journal mode is the default.
-		db := openPlain(t, gormsqlite.Open(filepath.Join(dir, "rollback.db")))
+		db := openPlain(t, testdb.PlainSQLite(t, filepath.Join(dir, "rollback.db"), "", ""))
 		_, err := election.New(db)
-		wantUnsafe(t, err, "_journal_mode")
+		wantUnsafe(t, err, journal)
 	})
 	t.Run("NoBusyTimeout", func(t *testing.T) {
-		// (The driver's own default is 5 s; 0 turns the wait off.)
-		db := openPlain(t, gormsqlite.Open(path+"?_journal_mode=WAL&_busy_timeout=0"))
+		// (mattn/go-sqlite3's own default is 5 s, and 0 turns the wait
+		// off; modernc.org/sqlite's default is 0.)
+		db := openPlain(t, testdb.PlainSQLite(t, path, "?_journal_mode=WAL&_busy_timeout=0", "?_pragma=journal_mode(WAL)"))
 		_, err := election.New(db)
-		wantUnsafe(t, err, "_busy_timeout")
+		wantUnsafe(t, err, busy)
 	})
 	t.Run("WALWithBusyTimeout", func(t *testing.T) {
 		// Deferred transactions: Elect takes the write lock first.
-		db := openPlain(t, gormsqlite.Open(path+"?_journal_mode=WAL&_busy_timeout=5000"))
+		db := openPlain(t, testdb.PlainSQLite(t, path, "?_journal_mode=WAL&_busy_timeout=5000", "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)"))
 		raceFresh(t, db, contenders, 3)
 		contend(t, db, false)
 	})

@@ -33,8 +33,9 @@ var ErrDSN = dialect.ErrDSN
 var ErrUnreachable = errors.New("session: database unreachable")
 
 // ErrUnsupportedDriver is wrapped by the error of Wrap for a pool of a
-// driver other than pgx, go-sql-driver/mysql or mattn/go-sqlite3 (lib/pq
-// among them), and of WrapDialect for a lib/pq pool.
+// driver other than pgx, go-sql-driver/mysql, mattn/go-sqlite3 or
+// modernc.org/sqlite (lib/pq among them), and of WrapDialect for a lib/pq
+// pool.
 var ErrUnsupportedDriver = dialect.ErrUnsupportedDriver
 
 // ErrNotTransaction is returned by FromTx for a nil transaction.
@@ -52,6 +53,14 @@ const pingTimeout = 10 * time.Second
 //	user:pass@tcp(host:3306)/db                          (the mysql driver's own form)
 //	sqlite:/var/lib/app/app.db, file:app.db?..., app.db  (also sqlite::memory:)
 //
+// A SQLite DSN may choose its driver with driver=mattn (mattn/go-sqlite3,
+// which needs cgo) or driver=modernc (modernc.org/sqlite, pure Go); without
+// it, a program built with cgo uses mattn and one built without modernc.
+// Both get the same settings, and mattn's PRAGMA parameters (such as
+// _busy_timeout) work on either. A process that opened a file through one
+// driver is refused the other on the same file (ErrDSN): the two would not
+// see each other's locks.
+//
 // Errors wrap ErrDSN or ErrUnreachable; their messages name the host and
 // port and never show the password.
 //
@@ -64,10 +73,11 @@ const pingTimeout = 10 * time.Second
 // a host that stopped answering closed; MySQL with parseTime, UTC times, the session
 // time zone at +00:00, READ COMMITTED (so concurrent first elections do not
 // deadlock on gap locks) and client-side parameter interpolation (one round
-// trip a statement); SQLite in WAL mode with immediate transactions and a
-// 5 s busy timeout. On PostgreSQL and MySQL a connection that answered
+// trip a statement); SQLite in WAL mode with immediate transactions,
+// synchronous=NORMAL and a 5 s busy timeout. A connection that answered
 // that its server is read-only (a standby, default_transaction_read_only,
-// read_only) or shutting down is discarded rather than reused. docs/api.md
+// read_only; a SQLite file the process may not write) or shutting down is
+// discarded rather than reused. docs/api.md
 // has the details. opts are passed to gorm.Open; without them the handle
 // logs only slow queries and takes GORM's own timestamps in UTC.
 func Open(dsn string, opts ...gorm.Option) (*gorm.DB, error) {
@@ -152,15 +162,14 @@ func openPool(o dialect.Opened, wrap func(driver.Connector) driver.Connector) (*
 	return openPool(o, wrap)
 }
 
-// ping pings the pool until ctx ends. On SQLite a first connection runs the
-// DSN's PRAGMAs, and switching a new file to WAL needs a lock that the
-// busy timeout does not wait for: processes opening the same new file at
-// once get "database is locked" until one of them has switched it. Such an
-// error is retried after a short pause.
+// ping pings the pool until ctx ends, retrying after a short pause the
+// errors the dialect says a new pool may get for a moment
+// (dialect.RetryPing): on SQLite, processes opening the same new file at
+// once get "database is locked" until one of them has switched it to WAL.
 func ping(ctx context.Context, db *sql.DB, d dialect.Dialect) error {
 	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
 		err := db.PingContext(ctx)
-		if err == nil || d == nil || d.Name() != "sqlite" || d.Classify(err) != dialect.Transient {
+		if err == nil || d == nil || !dialect.RetryPing(d, err) {
 			return err
 		}
 		select {
@@ -214,7 +223,8 @@ func (e *unreachable) Error() string {
 func (e *unreachable) Unwrap() []error { return []error{ErrUnreachable, e.err} }
 
 // Wrap builds a *gorm.DB on a pool the application opened itself with the
-// pgx, mysql or sqlite3 driver. It checks the settings elections need (see
+// pgx, mysql, sqlite3 (mattn/go-sqlite3) or sqlite (modernc.org/sqlite)
+// driver. It checks the settings elections need (see
 // Open) and returns an error naming a missing one; it does not change the
 // pool.
 //
@@ -249,7 +259,8 @@ func Wrap(sqlDB *sql.DB, opts ...gorm.Option) (*gorm.DB, error) {
 // wrapping driver that hides the driver's connection. name is "postgres",
 // "mysql" or "sqlite"; any other name is an error, and the pool is not
 // touched. The pool's connections must still be of the pgx,
-// go-sql-driver/mysql or mattn/go-sqlite3 driver underneath (a pool whose
+// go-sql-driver/mysql, mattn/go-sqlite3 or modernc.org/sqlite driver
+// underneath (a pool whose
 // driver shows itself as lib/pq's is refused, as by Wrap). On PostgreSQL,
 // when LISTEN cannot reach the pgx connection, the Electors log once
 // ("election: not listening for handoffs") and poll: a graceful handoff

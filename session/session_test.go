@@ -345,9 +345,9 @@ func TestWrap(t *testing.T) {
 		}
 		works(t, db, dialect)
 	}
-	t.Run("sqlite3", func(t *testing.T) {
-		path := filepath.Join(t.TempDir(), "w.db")
-		wrap(t, "sqlite3", "file:"+path+"?_journal_mode=WAL&_busy_timeout=5000&_txlock=immediate", "sqlite")
+	t.Run("sqlite", func(t *testing.T) {
+		name, dsn := testdb.SQLiteSQL(t, filepath.Join(t.TempDir(), "w.db"))
+		wrap(t, name, dsn, "sqlite")
 	})
 	t.Run("pgx", func(t *testing.T) {
 		wrap(t, "pgx", serverDSN(t, testdb.PostgresEnv), "postgres")

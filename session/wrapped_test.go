@@ -8,8 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	sqlite3 "github.com/mattn/go-sqlite3"
-
+	"github.com/sqlelect/sqlelect/internal/testdb"
 	"github.com/sqlelect/sqlelect/session"
 )
 
@@ -60,8 +59,13 @@ func (c *rawConn) Raw() driver.Conn { return c.Conn }
 
 func sqliteConnector(t *testing.T) driver.Connector {
 	t.Helper()
-	dsn := "file:" + filepath.Join(t.TempDir(), "w.db") + "?_journal_mode=WAL&_busy_timeout=5000&_txlock=immediate"
-	return dsnOpener{dsn: dsn, d: &sqlite3.SQLiteDriver{}}
+	name, dsn := testdb.SQLiteSQL(t, filepath.Join(t.TempDir(), "w.db"))
+	probe, err := sql.Open(name, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close()
+	return dsnOpener{dsn: dsn, d: probe.Driver()}
 }
 
 type dsnOpener struct {

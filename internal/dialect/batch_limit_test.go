@@ -2,7 +2,6 @@ package dialect
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -79,10 +78,7 @@ func TestBatchMaxNamespaces(t *testing.T) {
 // BatchMaxNamespaces namespaces and refuses one namespace more, so the
 // limit is the database's, not a guess.
 func TestSQLiteBatchAtTheLimit(t *testing.T) {
-	if !CgoEnabled {
-		t.Skip("SQLite needs cgo")
-	}
-	db, err := sql.Open("sqlite3", "file:"+filepath.Join(t.TempDir(), "limit.db"))
+	db, err := OpenSQLiteRaw("sqlite:" + filepath.Join(t.TempDir(), "limit.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

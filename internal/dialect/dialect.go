@@ -109,10 +109,13 @@ type Dialect interface {
 // configured in a way that breaks elections under contention.
 var ErrUnsafeSettings = errors.New("unsafe database settings")
 
-// ErrSQLiteNeedsCgo is returned for SQLite by a program built with
-// CGO_ENABLED=0: mattn/go-sqlite3 is written in C and is then only a stub.
-var ErrSQLiteNeedsCgo = errors.New("sqlite needs cgo: this program was built with CGO_ENABLED=0, " +
-	"where mattn/go-sqlite3 is only a stub; build it with CGO_ENABLED=1 and a C compiler to use SQLite")
+// ErrSQLiteNeedsCgo is returned for SQLite through mattn/go-sqlite3 (a DSN
+// with driver=mattn, or a handle opened on that driver) by a program built
+// with CGO_ENABLED=0: mattn/go-sqlite3 is written in C and is then only a
+// stub. Such a program opens SQLite with modernc.org/sqlite instead.
+var ErrSQLiteNeedsCgo = errors.New("sqlite driver=mattn needs cgo: this program was built with CGO_ENABLED=0, " +
+	"where mattn/go-sqlite3 is only a stub; use driver=modernc (pure Go, the default without cgo), " +
+	"or build with CGO_ENABLED=1 and a C compiler")
 
 // For returns the dialect of db, chosen once by the GORM dialector's name.
 func For(db *gorm.DB) (Dialect, error) {
@@ -171,6 +174,17 @@ func DisableFence() (restore func()) {
 func MigrationRace(d Dialect, err error) bool {
 	if m, ok := d.(interface{ migrationRace(error) bool }); ok {
 		return m.migrationRace(err)
+	}
+	return false
+}
+
+// RetryPing reports whether err, from the first ping of a new pool, is
+// worth retrying after a short pause: on SQLite, the "database is locked"
+// a process gets while another one switches the same new file to WAL, a
+// lock the busy timeout does not wait for.
+func RetryPing(d Dialect, err error) bool {
+	if r, ok := d.(interface{ retryPing(error) bool }); ok {
+		return r.retryPing(err)
 	}
 	return false
 }

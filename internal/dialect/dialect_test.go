@@ -276,7 +276,7 @@ func busy(t *testing.T, d dialect.Dialect) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// Opened directly: session.Open refuses a zero busy timeout.
-	raw, err := sql.Open("sqlite3", "file:"+filepath.Join(t.TempDir(), "busy.db")+"?_busy_timeout=0&_journal_mode=WAL")
+	raw, err := dialect.OpenSQLiteRaw("sqlite:" + filepath.Join(t.TempDir(), "busy.db") + "?_busy_timeout=0&_journal_mode=WAL")
 	if err != nil {
 		t.Fatal(err)
 	}

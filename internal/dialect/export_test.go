@@ -1,6 +1,9 @@
 package dialect
 
-import "database/sql/driver"
+import (
+	"database/sql"
+	"database/sql/driver"
+)
 
 // ClockPlus reads the clock and the clock plus a bound duration, to test
 // the pieces of d that write the clock into statements.
@@ -30,3 +33,18 @@ func PGConnector(dsn string) (driver.Connector, func() (known, pooled bool, with
 
 // CgoEnabled reports whether SQLite is usable in this test binary.
 const CgoEnabled = cgoEnabled
+
+// OpenSQLiteRaw opens a bare pool (without session's wrapping, and without
+// pinging it) on a SQLite DSN as Open reads it: through the driver the DSN
+// names, or the default one, with the settings Open adds.
+func OpenSQLiteRaw(dsn string) (*sql.DB, error) {
+	o, err := Open(dsn)
+	if err != nil {
+		return nil, err
+	}
+	return sql.Open(o.DriverName, o.DSN)
+}
+
+// SQLiteDriverName names the SQLite driver under db's pool: "mattn",
+// "modernc", or "" for any other.
+func SQLiteDriverName(db *sql.DB) string { return sqliteDriverName(UnwrapDriver(db.Driver())) }

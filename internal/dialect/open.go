@@ -126,7 +126,8 @@ var ErrDSN = errors.New("invalid DSN")
 //	host=... port=... user=... dbname=... (libpq keyword/value pairs)
 //	mysql://user:pass@host:port/db?..., mysql://user:pass@tcp(host:port)/db?...
 //	and the mysql driver's own form, user:pass@tcp(host:port)/db?...
-//	sqlite:PATH, sqlite://PATH, file:PATH, and paths ending in .db, .sqlite or .sqlite3
+//	sqlite:PATH, sqlite://PATH, file:PATH, and paths ending in .db, .sqlite or .sqlite3,
+//	with driver=mattn or driver=modernc to choose SQLite's driver (sqlite_driver.go)
 func Open(dsn string) (Opened, error) {
 	lower := strings.ToLower(dsn)
 	switch {
@@ -179,8 +180,8 @@ func looksLikeSQLiteFile(lower string) bool {
 }
 
 // ErrUnsupportedDriver is wrapped by the errors of ForDriver (and so of
-// ForPool) for a driver that is not pgx, go-sql-driver/mysql or
-// mattn/go-sqlite3, lib/pq among them.
+// ForPool) for a driver that is not pgx, go-sql-driver/mysql,
+// mattn/go-sqlite3 or modernc.org/sqlite, lib/pq among them.
 var ErrUnsupportedDriver = errors.New("not supported")
 
 // ForDriver returns the dialect of a database/sql driver.
@@ -193,10 +194,13 @@ func ForDriver(d driver.Driver) (Dialect, error) {
 	case *sqlite3.SQLiteDriver:
 		return sqlite{}, nil
 	}
+	if isModerncDriver(d) {
+		return sqlite{}, nil
+	}
 	if err := RefuseLibPQ(d); err != nil {
 		return nil, err
 	}
-	return nil, fmt.Errorf("driver %T is %w (want pgx, go-sql-driver/mysql or mattn/go-sqlite3)", d, ErrUnsupportedDriver)
+	return nil, fmt.Errorf("driver %T is %w (want pgx, go-sql-driver/mysql, mattn/go-sqlite3 or modernc.org/sqlite)", d, ErrUnsupportedDriver)
 }
 
 // RefuseLibPQ returns an error wrapping ErrUnsupportedDriver, saying what

@@ -2,7 +2,6 @@ package dialect_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -26,7 +25,7 @@ func TestListenNeedsPgx(t *testing.T) {
 	if !ok {
 		t.Fatal("the postgres dialect is not a Notifier")
 	}
-	db, err := sql.Open("sqlite3", filepath.Join(t.TempDir(), "x.db"))
+	db, err := dialect.OpenSQLiteRaw("sqlite:" + filepath.Join(t.TempDir(), "x.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +34,7 @@ func TestListenNeedsPgx(t *testing.T) {
 	defer cancel()
 	err = n.Listen(ctx, db, "channel", func() { t.Error("ready called") }, func(string) { t.Error("notified") })
 	if !errors.Is(err, dialect.ErrCannotListen) || !errors.Is(err, errors.ErrUnsupported) {
-		t.Errorf("Listen on sqlite3: %v, want ErrCannotListen", err)
+		t.Errorf("Listen on a SQLite pool: %v, want ErrCannotListen", err)
 	}
 	if s := db.Stats(); s.InUse != 0 || s.Idle != 1 {
 		t.Errorf("pool after Listen: %d in use, %d idle; want the connection back", s.InUse, s.Idle)

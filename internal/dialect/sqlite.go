@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
 	"time"
 
@@ -14,9 +13,10 @@ import (
 	"gorm.io/gorm"
 )
 
-// sqlite is SQLite through mattn/go-sqlite3, which works only in programs
-// built with cgo (sqlite_cgo.go; sqlite_nocgo.go says so). It has no row locks: elections
-// are serialized by the database's single write lock. Timestamps are stored
+// sqlite is SQLite, through mattn/go-sqlite3 (which works only in programs
+// built with cgo) or modernc.org/sqlite (pure Go): sqlite_driver.go. It has
+// no row locks: elections are serialized by the database's single write
+// lock. Timestamps are stored
 // as fixed-width UTC text with six fractional digits, so that comparing them
 // as text orders them in time; the clock itself ticks in milliseconds.
 type sqlite struct{}
@@ -97,7 +97,10 @@ func (d sqlite) Renew(ctx context.Context, conn gorm.ConnPool, ns string, id uui
 }
 
 func (sqlite) Classify(err error) Class {
-	if c, ok := classifySQLite(err); ok {
+	if c, ok := classifyMattn(err); ok {
+		return c
+	}
+	if c, ok := classifyModernc(err); ok {
 		return c
 	}
 	if err != nil && strings.Contains(err.Error(), "no such table") {
@@ -110,8 +113,11 @@ func (sqlite) Classify(err error) Class {
 func (sqlite) Denied(error) string { return "" }
 
 func (sqlite) Check(ctx context.Context, db *gorm.DB) (*sql.TxOptions, error) {
-	if err := sqliteAvailable(); err != nil {
-		return nil, err
+	drv := sqliteDriverOf(db)
+	if drv != "" {
+		if err := sqliteDriverUsable(drv); err != nil {
+			return nil, err
+		}
 	}
 	var mode string
 	if err := db.WithContext(ctx).Raw("PRAGMA journal_mode").Row().Scan(&mode); err != nil {
@@ -120,18 +126,24 @@ func (sqlite) Check(ctx context.Context, db *gorm.DB) (*sql.TxOptions, error) {
 	switch strings.ToLower(mode) {
 	case "wal", "memory":
 	default:
-		return nil, fmt.Errorf("%w: sqlite journal_mode is %s, where readers and writers of several connections fail with \"database is locked\"; "+
-			"add _journal_mode=WAL&_txlock=immediate&_busy_timeout=5000 to the DSN, or open it with session.Open", ErrUnsafeSettings, mode)
+		return nil, fmt.Errorf("%w: sqlite journal_mode is %s, where readers and writers of several connections fail with \"database is locked\"; %s, or open it with session.Open",
+			ErrUnsafeSettings, mode, sqliteSettingsHint(drv, "_journal_mode=WAL&_txlock=immediate&_busy_timeout=5000",
+				"_pragma=journal_mode(WAL)&_txlock=immediate&_pragma=busy_timeout(5000)"))
 	}
 	var busy int64
 	if err := db.WithContext(ctx).Raw("PRAGMA busy_timeout").Row().Scan(&busy); err != nil {
 		return nil, err
 	}
 	if busy <= 0 {
-		return nil, fmt.Errorf("%w: sqlite busy_timeout is 0, so any concurrent writer fails at once; add _busy_timeout=5000 to the DSN", ErrUnsafeSettings)
+		return nil, fmt.Errorf("%w: sqlite busy_timeout is 0, so any concurrent writer fails at once; %s",
+			ErrUnsafeSettings, sqliteSettingsHint(drv, "_busy_timeout=5000", "_pragma=busy_timeout(5000)"))
 	}
 	return nil, nil
 }
+
+// retryPing: a first connection runs the DSN's PRAGMAs, and switching a
+// new file to WAL needs a lock that the busy timeout does not wait for.
+func (d sqlite) retryPing(err error) bool { return d.Classify(err) == Transient }
 
 // LockMigrations begins an IMMEDIATE transaction on conn: SQLite's write
 // lock serializes migrations, and its DDL is transactional.
@@ -140,47 +152,6 @@ func (sqlite) LockMigrations(ctx context.Context, conn *sql.Conn) (func(bool) er
 		return nil, fmt.Errorf("taking the migration lock: %w", err)
 	}
 	return endTransaction(conn), nil
-}
-
-func openSQLite(path string) (Opened, error) {
-	if err := sqliteAvailable(); err != nil {
-		return Opened{}, err
-	}
-	if path == "" {
-		return Opened{}, fmt.Errorf("%w: sqlite needs a file path", ErrDSN)
-	}
-	if path == ":memory:" || path == "file::memory:" {
-		// Every pooled connection to :memory: would get its own empty
-		// database; the memdb VFS shares one among them.
-		path = "file:/sqlelect-" + uuid.NewString() + "?vfs=memdb"
-	}
-	base, query, _ := strings.Cut(path, "?")
-	q, err := url.ParseQuery(query)
-	if err != nil {
-		return Opened{}, fmt.Errorf("%w: sqlite query: %v", ErrDSN, err)
-	}
-	setDefault := func(k, v string) {
-		if q.Get(k) == "" {
-			q.Set(k, v)
-		}
-	}
-	setDefault("_txlock", "immediate")
-	setDefault("_busy_timeout", "5000")
-	if q.Get("vfs") != "memdb" && q.Get("mode") != "memory" {
-		setDefault("_journal_mode", "WAL")
-	}
-	if !strings.HasPrefix(base, "file:") {
-		base = "file:" + base
-	}
-	return Opened{
-		Dialect:    sqlite{},
-		DriverName: "sqlite3",
-		DSN:        base + "?" + q.Encode(),
-		// Connections cost nothing to keep, and an in-memory database
-		// lives only while one of them is open: keep them all.
-		Pool:   PoolSettings{MaxIdleConns: 32},
-		Target: Target{Database: "sqlite", Where: strings.TrimPrefix(base, "file:")},
-	}, nil
 }
 
 func (sqlite) Gorm(pool *sql.DB) gorm.Dialector {

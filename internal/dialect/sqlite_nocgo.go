@@ -2,12 +2,13 @@
 
 package dialect
 
-// sqliteAvailable reports that SQLite cannot be used: mattn/go-sqlite3 is
-// only a stub in a program built without cgo.
-func sqliteAvailable() error { return ErrSQLiteNeedsCgo }
+// mattnAvailable reports that mattn/go-sqlite3 cannot be used: it is only
+// a stub in a program built without cgo.
+func mattnAvailable() error { return ErrSQLiteNeedsCgo }
 
-// classifySQLite has nothing to sort: without cgo no SQLite error occurs.
-func classifySQLite(error) (Class, bool) { return Other, false }
+// classifyMattn has nothing to sort: without cgo mattn/go-sqlite3 returns
+// no SQLite error.
+func classifyMattn(error) (Class, bool) { return Other, false }
 
 // cgoEnabled is false in builds without cgo (for tests).
 const cgoEnabled = false

@@ -18,9 +18,6 @@ import (
 // or file-change notifications are not available.
 func sqliteNotifier(t *testing.T) dialect.Notifier {
 	t.Helper()
-	if !dialect.CgoEnabled {
-		t.Skip("SQLite needs cgo")
-	}
 	d, err := dialect.ByName("sqlite")
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +44,7 @@ func TestSQLiteListenNotify(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "e.db")
 	open := func() *sql.DB {
-		db, err := sql.Open("sqlite3", path+"?_journal_mode=WAL&_busy_timeout=5000")
+		db, err := dialect.OpenSQLiteRaw("sqlite:" + path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,7 +146,7 @@ func TestSQLiteListenNotify(t *testing.T) {
 // nothing.
 func TestSQLiteListenInMemory(t *testing.T) {
 	n := sqliteNotifier(t)
-	db, err := sql.Open("sqlite3", ":memory:")
+	db, err := dialect.OpenSQLiteRaw("sqlite::memory:")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +177,7 @@ func TestSQLiteNotifyFileUnwritable(t *testing.T) {
 	if err := os.Mkdir(path+"-sqlelect-handoff", 0o755); err != nil {
 		t.Fatal(err)
 	}
-	db, err := sql.Open("sqlite3", path)
+	db, err := dialect.OpenSQLiteRaw("sqlite:" + path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +202,7 @@ func TestSQLiteNotifyDeferred(t *testing.T) {
 		t.Skip("file-change notifications are used on Linux only")
 	}
 	path := filepath.Join(t.TempDir(), "e.db")
-	db, err := sql.Open("sqlite3", path)
+	db, err := dialect.OpenSQLiteRaw("sqlite:" + path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,14 +58,14 @@ func ForConn(dc any) (Dialect, error) {
 			return postgres{}, nil
 		case "github.com/go-sql-driver/mysql":
 			return mysql{}, nil
-		case "github.com/mattn/go-sqlite3":
+		case "github.com/mattn/go-sqlite3", "modernc.org/sqlite":
 			return sqlite{}, nil
 		case "github.com/lib/pq":
 			return nil, fmt.Errorf("connection %T (lib/pq) is not supported: open the pool with pgx's database/sql driver instead "+
 				"(import _ \"github.com/jackc/pgx/v5/stdlib\"; sql.Open(\"pgx\", dsn), same DSN)", c)
 		}
 	}
-	return nil, fmt.Errorf("connection %T is not of a supported driver (want pgx, go-sql-driver/mysql or mattn/go-sqlite3), "+
+	return nil, fmt.Errorf("connection %T is not of a supported driver (want pgx, go-sql-driver/mysql, mattn/go-sqlite3 or modernc.org/sqlite), "+
 		"and the wrapper around it does not expose it through Unwrap() driver.Conn or Raw() driver.Conn; "+
 		"name the database with session.WrapDialect", dc)
 }

@@ -243,6 +243,9 @@ func connectorOf(t *testing.T, db *sql.DB, dsn string) driver.Connector {
 func TestRoundTripInterfaces(t *testing.T) {
 	ctx := context.Background()
 	wantConn := map[string]string{"postgres": "*stdlib.Conn", "mysql": "*mysql.mysqlConn", "sqlite": "*sqlite3.SQLiteConn"}
+	if testdb.SQLiteDriver() == "modernc" {
+		wantConn["sqlite"] = "*sqlite.conn"
+	}
 	for _, tg := range testdb.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
 			var c rtcount.Counter

@@ -1,6 +1,8 @@
 // Package testdb picks the databases tests run against.
 //
-// SQLite always runs, on a file in the test's temporary directory.
+// SQLite always runs, on a file in the test's temporary directory, through
+// the driver SQLELECT_SQLITE_DRIVER names (mattn or modernc; by default
+// mattn/go-sqlite3 with cgo, modernc.org/sqlite without).
 // PostgreSQL and MySQL run when SQLELECT_POSTGRES_DSN and SQLELECT_MYSQL_DSN
 // name them (any form session.Open accepts). With CI=true a database that is
 // not configured or does not answer fails the test instead of skipping it.
@@ -16,6 +18,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -25,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	gormsqlite "gorm.io/driver/sqlite"
 	"gorm.io/gorm"
 
 	"github.com/sqlelect/sqlelect/internal/dialect"
@@ -45,7 +49,49 @@ const (
 	// only a listed server's missing DSN is a failure. It runs the suites
 	// against one server, such as SQLELECT_MYSQL_DSN pointing at TiDB.
 	OnlyEnv = "SQLELECT_TEST_ONLY"
+	// SQLiteDriverEnv, when set, names the driver of every SQLite DSN that
+	// does not choose one, in the test binary and the processes it starts:
+	// "mattn" (mattn/go-sqlite3, cgo) or "modernc" (modernc.org/sqlite,
+	// pure Go). It runs the SQLite suites on either driver.
+	SQLiteDriverEnv = "SQLELECT_SQLITE_DRIVER"
 )
+
+func init() {
+	if name := os.Getenv(SQLiteDriverEnv); name != "" {
+		if _, err := dialect.SetDefaultSQLiteDriver(name); err != nil {
+			panic(fmt.Sprintf("testdb: %s=%s: %v", SQLiteDriverEnv, name, err))
+		}
+	}
+}
+
+// SQLiteDriver names the driver the SQLite tests run on: "mattn" or
+// "modernc".
+func SQLiteDriver() string { return dialect.DefaultSQLiteDriver() }
+
+// SQLiteSQL returns what to give sql.Open for the SQLite file at path, on
+// the driver the SQLite tests run on, with the settings session.Open adds:
+// the database/sql driver name and the driver's own DSN.
+func SQLiteSQL(tb testing.TB, path string) (driverName, dsn string) {
+	tb.Helper()
+	o, err := dialect.Open("sqlite:" + path)
+	if err != nil {
+		tb.Fatalf("the SQLite DSN of %s: %v", path, err)
+	}
+	return o.DriverName, o.DSN
+}
+
+// PlainSQLite is GORM's SQLite dialector for path on the driver the SQLite
+// tests run on, opened the plain way (sql.Open, nothing added), with that
+// driver's own DSN parameters: mattnParams on mattn/go-sqlite3,
+// moderncParams on modernc.org/sqlite (each "" or starting with "?").
+func PlainSQLite(tb testing.TB, path, mattnParams, moderncParams string) gorm.Dialector {
+	tb.Helper()
+	name, _ := SQLiteSQL(tb, path)
+	if SQLiteDriver() == dialect.SQLiteModernc {
+		return &gormsqlite.Dialector{DriverName: name, DSN: path + moderncParams}
+	}
+	return &gormsqlite.Dialector{DriverName: name, DSN: path + mattnParams}
+}
 
 // wanted reports whether the target called name is to be tested (OnlyEnv).
 func wanted(name string) bool {
@@ -98,6 +144,27 @@ type Target struct {
 	// DSN is the configured DSN; for SQLite it is empty and every Open makes
 	// a new file.
 	DSN string
+	// Driver, for SQLite, names the driver ("mattn" or "modernc"); empty
+	// means the default (SQLiteDriver).
+	Driver string
+}
+
+// SQLiteDSN is the DSN of the SQLite file at path on tg's driver.
+func (tg Target) SQLiteDSN(path string) string {
+	if tg.Driver == "" {
+		return "sqlite:" + path
+	}
+	return "sqlite:" + path + "?driver=" + tg.Driver
+}
+
+// SQLiteDrivers returns a SQLite target per driver this test binary can
+// use: mattn/go-sqlite3 when built with cgo, and modernc.org/sqlite.
+func SQLiteDrivers() []Target {
+	var out []Target
+	for _, d := range dialect.SQLiteDrivers() {
+		out = append(out, Target{Name: "sqlite", Driver: d})
+	}
+	return out
 }
 
 // Targets returns the databases to test against (all three, or those
@@ -175,7 +242,7 @@ func Open(tb testing.TB, tg Target) *gorm.DB {
 	tb.Helper()
 	dsn := tg.DSN
 	if tg.Name == "sqlite" {
-		dsn = "sqlite:" + filepath.Join(tb.TempDir(), "election.db")
+		dsn = tg.SQLiteDSN(filepath.Join(tb.TempDir(), "election.db"))
 	}
 	db := OpenDSN(tb, dsn)
 	if _, done := migrated.Load(dsn); !done {
@@ -197,7 +264,7 @@ func Shared(tb testing.TB, tg Target) (string, *gorm.DB) {
 	if tg.Name != "sqlite" {
 		return tg.DSN, Open(tb, tg)
 	}
-	dsn := "sqlite:" + filepath.Join(tb.TempDir(), "shared.db")
+	dsn := tg.SQLiteDSN(filepath.Join(tb.TempDir(), "shared.db"))
 	db := OpenDSN(tb, dsn)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -243,7 +310,7 @@ func Namespace(tb testing.TB) string {
 func Fresh(tb testing.TB, tg Target) string {
 	tb.Helper()
 	if tg.Name == "sqlite" {
-		return "sqlite:" + filepath.Join(tb.TempDir(), "fresh.db")
+		return tg.SQLiteDSN(filepath.Join(tb.TempDir(), "fresh.db"))
 	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
@@ -300,8 +367,14 @@ func Raw(tb testing.TB, db *gorm.DB) *sql.DB {
 	return sqlDB
 }
 
-// String names the target for messages.
-func (tg Target) String() string { return tg.Name }
+// String names the target for messages: its Name, and a SQLite target's
+// driver when it names one ("sqlite-modernc").
+func (tg Target) String() string {
+	if tg.Driver != "" {
+		return tg.Name + "-" + tg.Driver
+	}
+	return tg.Name
+}
 
 // TiDB reports whether db is a TiDB server (reached as the mysql target),
 // as the library tells it: by a variable of TiDB's own, whatever VERSION()

@@ -101,7 +101,8 @@ func main() {
 		o       options
 		isChild bool
 	)
-	flag.StringVar(&o.dbs, "db", "all", "databases to run on: sqlite, postgres, mysql, a comma-separated list, or all (sqlite and every server with a DSN)")
+	flag.StringVar(&o.dbs, "db", "all", "databases to run on: sqlite, postgres, mysql, a comma-separated list, or all (sqlite and every server with a DSN); "+
+		"sqlite-mattn and sqlite-modernc are SQLite through one driver (sqlite is through the build's default: mattn with cgo, modernc without)")
 	flag.DurationVar(&o.duration, "duration", 2*time.Minute, "how long to inject faults on each database")
 	flag.IntVar(&o.procs, "procs", 4, "processes per database")
 	flag.IntVar(&o.namespaces, "namespaces", 3, "namespaces per database")
@@ -171,6 +172,9 @@ func run(ctx context.Context, o options) (ok bool, err error) {
 	}
 	defer os.RemoveAll(tmp)
 	o.dsns["sqlite"] = "sqlite:" + tmp + "/chaos.db"
+	for _, drv := range []string{"mattn", "modernc"} {
+		o.dsns["sqlite-"+drv] = "sqlite:" + tmp + "/chaos-" + drv + ".db?driver=" + drv
+	}
 
 	fmt.Fprintf(os.Stderr, "sqlelect-chaos: seed %d; %d processes x %d namespaces x %d electors, expire %v, interval %v, %v per database\n",
 		o.seed, o.procs, o.namespaces, o.electors, o.expire, o.interval, o.duration)
@@ -180,7 +184,7 @@ func run(ctx context.Context, o options) (ok bool, err error) {
 		name = strings.TrimSpace(name)
 		dsn, known := o.dsns[name]
 		if !known {
-			return false, fmt.Errorf("unknown database %q (want sqlite, postgres or mysql)", name)
+			return false, fmt.Errorf("unknown database %q (want sqlite, sqlite-mattn, sqlite-modernc, postgres or mysql)", name)
 		}
 		if dsn == "" {
 			return false, fmt.Errorf("no DSN for %s: set $SQLELECT_%s_DSN", name, strings.ToUpper(name))

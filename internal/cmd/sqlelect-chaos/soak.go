@@ -371,7 +371,11 @@ func (s *soaker) checkHistories(ctx context.Context, sum *summary) error {
 }
 
 // proxied reports whether the processes reach the database through proxies.
-func (s *soaker) proxied() bool { return s.o.proxy && s.name != "sqlite" }
+func (s *soaker) proxied() bool { return s.o.proxy && !isSQLite(s.name) }
+
+// isSQLite reports whether the database called name is a SQLite file
+// (sqlite, or sqlite-DRIVER).
+func isSQLite(name string) bool { return name == "sqlite" || strings.HasPrefix(name, "sqlite-") }
 
 // start launches a new process in slot.
 func (s *soaker) start(slot int) error {
@@ -530,7 +534,7 @@ func (t *tailBuffer) String() string {
 // once, when 40% of the time has passed.
 func (s *soaker) inject(ctx context.Context, deadline time.Time) {
 	restartAt := time.Now().Add(time.Until(deadline) * 4 / 10)
-	restarted := !s.o.restartServer || s.name == "sqlite"
+	restarted := !s.o.restartServer || isSQLite(s.name)
 	kinds := []string{"kill", "stop", "term", "resign"}
 	if s.proxied() {
 		kinds = append(kinds, "cut", "delay")

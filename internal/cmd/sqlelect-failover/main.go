@@ -59,7 +59,8 @@ func main() {
 		tidb    string
 		isChild bool
 	)
-	flag.StringVar(&dbs, "db", "", "comma-separated databases to measure: sqlite, postgres, mysql, tidb (default: sqlite and every server database with a DSN)")
+	flag.StringVar(&dbs, "db", "", "comma-separated databases to measure: sqlite, postgres, mysql, tidb (default: sqlite and every server database with a DSN); "+
+		"sqlite-mattn and sqlite-modernc are SQLite through one driver (sqlite is through the build's default: mattn with cgo, modernc without)")
 	flag.StringVar(&pg, "postgres", os.Getenv("SQLELECT_POSTGRES_DSN"), "PostgreSQL DSN (default $SQLELECT_POSTGRES_DSN)")
 	flag.StringVar(&my, "mysql", os.Getenv("SQLELECT_MYSQL_DSN"), "MySQL/MariaDB DSN (default $SQLELECT_MYSQL_DSN)")
 	flag.StringVar(&tidb, "tidb", os.Getenv("SQLELECT_TIDB_DSN"), "TiDB DSN, a mysql:// one (default $SQLELECT_TIDB_DSN)")
@@ -109,6 +110,9 @@ func run(c config, dbs string, dsns map[string]string) error {
 	}
 	defer os.RemoveAll(tmp)
 	dsns["sqlite"] = "sqlite:" + tmp + "/failover.db"
+	for _, drv := range []string{"mattn", "modernc"} {
+		dsns["sqlite-"+drv] = "sqlite:" + tmp + "/failover-" + drv + ".db?driver=" + drv
+	}
 
 	start := time.Now()
 	var results []result
@@ -116,7 +120,7 @@ func run(c config, dbs string, dsns map[string]string) error {
 		name = strings.TrimSpace(name)
 		dsn, ok := dsns[name]
 		if !ok {
-			return fmt.Errorf("unknown database %q (want sqlite, postgres, mysql or tidb)", name)
+			return fmt.Errorf("unknown database %q (want sqlite, sqlite-mattn, sqlite-modernc, postgres, mysql or tidb)", name)
 		}
 		if dsn == "" {
 			return fmt.Errorf("no DSN for %s: set -%s or $SQLELECT_%s_DSN", name, name, strings.ToUpper(name))

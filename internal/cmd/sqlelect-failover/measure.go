@@ -395,7 +395,7 @@ func wakeBy(db string) string {
 	switch db {
 	case "postgres":
 		return "LISTEN/NOTIFY"
-	case "sqlite":
+	case "sqlite", "sqlite-mattn", "sqlite-modernc":
 		if runtime.GOOS == "linux" {
 			return "notification file"
 		}
