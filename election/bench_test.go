@@ -480,7 +480,7 @@ func (f *bench) unregisterRegister(b *testing.B) {
 }
 
 // prune: Prune with nothing to delete, the cost a leader pays on a renewal
-// at most every two expiry windows (plus one statement per expired row).
+// at most every five expiry windows (plus one statement per expired row).
 func (f *bench) prune(b *testing.B) {
 	e, _ := f.leading(b, "prune")
 	m := f.begin(b)

@@ -233,7 +233,7 @@
 //   - protocol.go: the calls, RegisterCandidate to Guard, one transaction
 //     or statement each. Their SQL is not here: internal/dialect writes
 //     every statement, once per database (dialect.Statements).
-//   - prune.go: Prune, and the leader's prune every two expiry windows.
+//   - prune.go: Prune, and the leader's prune every five expiry windows.
 //   - clock.go: the database clock (Now), and the monotonic clock the
 //     engine runs on, which tests stub.
 //   - identity.go: who a candidate is (Identity, WithLabel), written with

@@ -22,7 +22,7 @@ import (
 // roundProbe sends the round-trip count each time a Group's round begins,
 // known by its first statement (the member row's refresh; on PostgreSQL
 // the round's one statement). The prunes, which run between rounds every
-// two expiry windows, are counted apart.
+// five expiry windows, are counted apart.
 type roundProbe struct {
 	c      *rtcount.Counter
 	pruned atomic.Int64
@@ -88,7 +88,7 @@ func openCountedWith(tb testing.TB, tg testdb.Target, c *rtcount.Counter) (*gorm
 }
 
 // isPrune reports whether query is one of the statements a leader prunes
-// with, every two expiry windows, after a round and never in it.
+// with, every five expiry windows, after a round and never in it.
 func isPrune(query string) bool {
 	for _, p := range []string{
 		"SELECT c.namespace, c.candidate_id FROM election_candidates c",

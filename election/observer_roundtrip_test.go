@@ -32,7 +32,7 @@ func (o *snapshotObserver) Attempt(a election.Attempt) {
 // renewal rounds make no more round trips than Elect's renewal budget: the
 // Observer is told what the round learnt, and never reads the database.
 // The leader renews every third of its 900 ms expiry window and prunes on
-// its first renewal and then every two windows, after the renewals
+// its first renewal and then every five windows, after the renewals
 // counted here.
 func TestRoundTripRenewalWithObserver(t *testing.T) {
 	for _, tg := range testdb.Targets(t) {

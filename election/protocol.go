@@ -180,7 +180,7 @@ func (e *Election) campaign(ctx context.Context, id uuid.UUID, yield bool, opts 
 	}
 	e.remember(id, out)
 	// The leader prunes on its one-statement renewals (above), at most
-	// every two expiry windows. A grant (a first one, a takeover, a
+	// every five expiry windows. A grant (a first one, a takeover, a
 	// handoff) does not: the new leader's work starts sooner, and its
 	// renewals prune soon enough.
 	return out, false, nil

@@ -98,10 +98,11 @@ func (e *Election) scanIDs(ctx context.Context, conn gorm.ConnPool, ids *[]uuid.
 	return rows.Err()
 }
 
-// pruneEvery is how often a leader prunes: a row is pruned once expired
-// for a window anyway, and a round is a statement or three, which a prune
-// each time would more than double.
-func (e *Election) pruneEvery() time.Duration { return 2 * e.expire }
+// pruneEvery is how often a leader prunes: every five expiry windows. A
+// row is pruned once expired for a window anyway, and an idle leader
+// renews with a statement or two a third of a window, which frequent
+// prunes (three statements) would add much to.
+func (e *Election) pruneEvery() time.Duration { return 5 * e.expire }
 
 // maybePrune prunes nss (those e's candidate leads) at most every
 // pruneEvery, the first time pruneEvery after it was first asked, never

@@ -106,7 +106,7 @@ func TestRoundTripElect(t *testing.T) {
 			t.Logf("first acquisition: %d round trips (%v)", n.Total(), n)
 
 			// The first renewal also prunes expired candidates, which the
-			// leader does at most every two expiry windows; the renewals
+			// leader does at most every five expiry windows; the renewals
 			// after it are the steady state.
 			if _, err := e.Elect(ctx, id); err != nil {
 				t.Fatalf("first renewal: %v", err)

@@ -3,6 +3,7 @@ package dialect
 import (
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Batch statements serve one candidate in many namespaces with one
@@ -16,20 +17,35 @@ import (
 // candidate id, then n pairs of namespace and term. A lease that expired by
 // the database clock, or whose term moved on, is left alone, as in the
 // single renewal. It returns no rows: where the database can say which rows
-// it changed, use BatchRenewReturning; elsewhere (MySQL, MariaDB, TiDB)
-// the caller learns which leases were extended from a reading of the seats
-// that begins after the renewal committed (BatchSeats): a lease it shows
-// held by the candidate in the term renewed, and live by the database
-// clock, is one this statement extended, since a term that left a
+// it changed, use BatchRenewReturning. On MySQL, MariaDB and TiDB every
+// lease it extends gets one new expiry, from one reading of the clock,
+// which travels back as the statement's last insert id (microseconds since
+// the epoch), as the single renewal's does; which leases it extended the
+// caller learns from the rows affected (all of them, when that is n) or
+// from a reading of the seats that begins after the renewal committed: a
+// lease it shows held by the candidate in the term renewed, and live by the
+// database clock, is one this statement extended, since a term that left a
 // candidate never comes back to it and only the holder extends a lease.
 func BatchRenew(d Dialect, n int) string {
-	return finish(d, batchRenew(d.(pieces), n))
+	p := d.(pieces)
+	set, from, where := "SET lease_expires_at = "+p.nowPlus()+", updated_at = "+p.now(), "election_leaders", ""
+	if _, ok := d.(mysql); ok {
+		from = "(SELECT SYSDATE(6) AS n LIMIT 1) t STRAIGHT_JOIN election_leaders"
+		set = "SET lease_expires_at = TIMESTAMP('1970-01-01') + INTERVAL LAST_INSERT_ID(TIMESTAMPDIFF(MICROSECOND, '1970-01-01', t.n) + ?) MICROSECOND, " +
+			"updated_at = t.n"
+	}
+	return finish(d, "UPDATE "+from+" "+set+where+batchRenewWhere(p, n))
 }
 
-func batchRenew(p pieces, n int) string {
+// BatchRenewedAt is the expiry BatchRenew gave every lease it extended on
+// MySQL, MariaDB and TiDB, from the statement's last insert id.
+func BatchRenewedAt(lastInsertID int64) time.Time {
+	return unixEpoch.Add(time.Duration(lastInsertID) * time.Microsecond)
+}
+
+func batchRenewWhere(p pieces, n int) string {
 	var b strings.Builder
-	b.WriteString("UPDATE election_leaders SET lease_expires_at = " + p.nowPlus() + ", updated_at = " + p.now() +
-		" WHERE leader_id = ? AND lease_expires_at > " + p.now() + " AND (")
+	b.WriteString(" WHERE leader_id = ? AND lease_expires_at > " + p.now() + " AND (")
 	for i := range n {
 		if i > 0 {
 			b.WriteString(" OR ")
@@ -38,6 +54,10 @@ func batchRenew(p pieces, n int) string {
 	}
 	b.WriteString(")")
 	return b.String()
+}
+
+func batchRenew(p pieces, n int) string {
+	return "UPDATE election_leaders SET lease_expires_at = " + p.nowPlus() + ", updated_at = " + p.now() + batchRenewWhere(p, n)
 }
 
 // BatchRenewReturning is BatchRenew returning one row per lease it

@@ -152,14 +152,35 @@ func GroupRound(ctx context.Context, conn gorm.ConnPool, d Dialect, in RoundIn) 
 			rows.Close()
 		} else {
 			res, err := conn.ExecContext(ctx, BatchRenew(d, len(in.Held)), args...)
+			var last int64
 			if err == nil {
 				changed, err = res.RowsAffected()
+			}
+			if err == nil && changed == int64(len(in.Held)) {
+				// Every lease renewed, to one expiry.
+				last, err = res.LastInsertId()
+				for _, h := range in.Held {
+					returned[h.Namespace] = BatchRenewedAt(last)
+				}
 			}
 			if err != nil {
 				return out, err
 			}
-			inferred = true
+			inferred = len(returned) == 0
 		}
+	}
+	if in.Sample == nil && len(in.Joined) == len(in.Held) && len(in.Read) == len(in.Held) && len(returned) == len(in.Held) && len(in.Held) > 0 {
+		// The round holds every seat it is for, and renewed them all:
+		// there is nothing else to read.
+		for _, h := range in.Held {
+			exp := returned[h.Namespace]
+			out.Now = exp.Add(-in.Expire)
+			out.Renewed[h.Namespace] = exp
+			out.Seats = append(out.Seats, RoundSeat{Namespace: h.Namespace, Exists: true, Term: h.Term,
+				Leader: uuid.NullUUID{UUID: in.Member, Valid: true}, Expires: Time{Time: exp, Valid: true}})
+		}
+		out.Sent = time.Now()
+		return out, nil
 	}
 	args := make([]any, 0, len(in.Joined)+len(in.Read)+len(in.Sample)+2)
 	for _, ns := range in.Sample {
