@@ -148,36 +148,16 @@ type NamespaceCandidate struct {
 // statement, as Candidates does for one, sorted by namespace (byte order)
 // and id. The slice is empty, not nil, when there are none.
 func (e *Election) ListAllCandidates(ctx context.Context, opts ...CallOption) ([]NamespaceCandidate, error) {
-	out := []NamespaceCandidate{}
-	err := e.autocommit(ctx, "ListAllCandidates", opts, func(conn gorm.ConnPool, _ bool) error {
-		out = out[:0]
-		rows, err := conn.QueryContext(ctx, e.fleet().Candidates)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var (
-				c                 NamespaceCandidate
-				ident             identityColumns
-				now, reg, hb, exp dialect.Time
-				leader            int64
-			)
-			if err := rows.Scan(&now, &c.Namespace, &c.ID, &ident.host, &ident.pid, &ident.label, &reg, &hb, &exp, &leader); err != nil {
-				return err
-			}
-			c.Identity = ident.identity()
-			c.RegisteredAt, c.LastHeartbeatAt, c.ExpiresAt = reg.Time, hb.Time, exp.Time
-			c.Leader = leader != 0
-			out = append(out, c)
-		}
-		return rows.Err()
+	var now dialect.Time
+	out, err := queryAll(ctx, e, "ListAllCandidates", opts, e.fleet().Candidates, nil, func(rows *sql.Rows) (NamespaceCandidate, error) {
+		var c NamespaceCandidate
+		var k candidateColumns
+		err := rows.Scan(append([]any{&now, &c.Namespace}, k.dest()...)...)
+		c.CandidateInfo = k.info()
+		return c, err
 	})
-	if err != nil {
-		return nil, err
-	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Namespace < out[j].Namespace })
-	return out, nil
+	return out, err
 }
 
 // ProcessInfo is one candidate identity of ListProcesses: the live
@@ -202,34 +182,19 @@ type ProcessInfo struct {
 // the processes. Sorted by identity (hostname, pid, label). The slice is
 // empty, not nil, when there are none.
 func (e *Election) ListProcesses(ctx context.Context, opts ...CallOption) ([]ProcessInfo, error) {
-	out := []ProcessInfo{}
-	err := e.autocommit(ctx, "ListProcesses", opts, func(conn gorm.ConnPool, _ bool) error {
-		out = out[:0]
-		rows, err := conn.QueryContext(ctx, e.fleet().Processes)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var (
-				p       ProcessInfo
-				ident   identityColumns
-				now, hb dialect.Time
-				n, ids  int64
-				leads   sql.NullInt64
-			)
-			if err := rows.Scan(&now, &ident.host, &ident.pid, &ident.label, &n, &ids, &leads, &hb); err != nil {
-				return err
-			}
-			p.Identity = ident.identity()
-			p.Candidacies, p.CandidateIDs, p.Leads, p.LastHeartbeatAt = int(n), int(ids), int(leads.Int64), hb.Time
-			out = append(out, p)
-		}
-		return rows.Err()
+	out, err := queryAll(ctx, e, "ListProcesses", opts, e.fleet().Processes, nil, func(rows *sql.Rows) (ProcessInfo, error) {
+		var (
+			p       ProcessInfo
+			ident   identityColumns
+			now, hb dialect.Time
+			n, ids  int64
+			leads   sql.NullInt64
+		)
+		err := rows.Scan(&now, &ident.host, &ident.pid, &ident.label, &n, &ids, &leads, &hb)
+		p.Identity = ident.identity()
+		p.Candidacies, p.CandidateIDs, p.Leads, p.LastHeartbeatAt = int(n), int(ids), int(leads.Int64), hb.Time
+		return p, err
 	})
-	if err != nil {
-		return nil, err
-	}
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i].Identity, out[j].Identity
 		if a.Hostname != b.Hostname {
@@ -240,7 +205,7 @@ func (e *Election) ListProcesses(ctx context.Context, opts ...CallOption) ([]Pro
 		}
 		return a.Label < b.Label
 	})
-	return out, nil
+	return out, err
 }
 
 // MaxRecentTerms is the most terms of one namespace ListRecentTerms
@@ -259,35 +224,15 @@ func (e *Election) ListRecentTerms(ctx context.Context, window time.Duration, op
 	if window <= 0 {
 		return nil, fmt.Errorf("%w: ListRecentTerms window must be positive, got %v", ErrInvalidOption, window)
 	}
-	out := []TermRecord{}
-	err := e.autocommit(ctx, "ListRecentTerms", opts, func(conn gorm.ConnPool, _ bool) error {
-		out = out[:0]
-		rows, err := conn.QueryContext(ctx, e.fleet().Terms, MaxRecentTerms, e.d.DurationArg(-window))
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var (
-				t               TermRecord
-				ident           identityColumns
-				now, acq, ended dialect.Time
-				reason          sql.NullString
-			)
-			if err := rows.Scan(&now, &t.Namespace, &t.Term, &t.Leader, &ident.host, &ident.pid, &ident.label, &acq, &ended, &reason); err != nil {
-				return err
-			}
-			t.Identity = ident.identity()
-			t.AcquiredAt, t.EndedAt, t.EndReason = acq.Time, ended.Time, EndReason(reason.String)
-			out = append(out, t)
-		}
-		return rows.Err()
-	})
-	if err != nil {
-		return nil, err
-	}
+	var now dialect.Time
+	out, err := queryAll(ctx, e, "ListRecentTerms", opts, e.fleet().Terms, []any{MaxRecentTerms, e.d.DurationArg(-window)},
+		func(rows *sql.Rows) (TermRecord, error) {
+			var k termColumns
+			err := rows.Scan(append([]any{&now, &k.t.Namespace}, k.dest()...)...)
+			return k.record(), err
+		})
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Namespace < out[j].Namespace })
-	return out, nil
+	return out, err
 }
 
 // fleet returns the fleet statements on the Election's dialect and schema.

@@ -141,28 +141,32 @@ func (e *Election) LeaderInfo(ctx context.Context, opts ...CallOption) (LeaderIn
 // ListCandidates lists their ids. The slice is empty, not nil, when there
 // are none.
 func (e *Election) Candidates(ctx context.Context, opts ...CallOption) ([]CandidateInfo, error) {
-	out := []CandidateInfo{}
-	err := e.autocommit(ctx, "Candidates", opts, func(conn gorm.ConnPool, _ bool) error {
+	return queryAll(ctx, e, "Candidates", opts, e.q.Candidates, []any{e.namespace}, func(rows *sql.Rows) (CandidateInfo, error) {
+		var c candidateColumns
+		err := rows.Scan(c.dest()...)
+		return c.info(), err
+	})
+}
+
+// queryAll runs query with args in a call named op (in the caller's
+// transaction with WithTx) and returns what scan makes of each row: empty,
+// not nil, when there are none.
+func queryAll[T any](ctx context.Context, e *Election, op string, opts []CallOption, query string, args []any,
+	scan func(*sql.Rows) (T, error)) ([]T, error) {
+	out := []T{}
+	err := e.autocommit(ctx, op, opts, func(conn gorm.ConnPool, _ bool) error {
 		out = out[:0]
-		rows, err := conn.QueryContext(ctx, e.q.Candidates, e.namespace)
+		rows, err := conn.QueryContext(ctx, query, args...)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var (
-				c            CandidateInfo
-				ident        identityColumns
-				reg, hb, exp dialect.Time
-				leader       int64
-			)
-			if err := rows.Scan(&c.ID, &ident.host, &ident.pid, &ident.label, &reg, &hb, &exp, &leader); err != nil {
+			v, err := scan(rows)
+			if err != nil {
 				return err
 			}
-			c.Identity = ident.identity()
-			c.RegisteredAt, c.LastHeartbeatAt, c.ExpiresAt = reg.Time, hb.Time, exp.Time
-			c.Leader = leader != 0
-			out = append(out, c)
+			out = append(out, v)
 		}
 		return rows.Err()
 	})
@@ -170,6 +174,46 @@ func (e *Election) Candidates(ctx context.Context, opts ...CallOption) ([]Candid
 		return nil, err
 	}
 	return out, nil
+}
+
+// candidateColumns scans a candidate as the Candidates statements give it:
+// candidate_id, hostname, pid, label, registered_at, last_heartbeat_at,
+// expires_at, and 1 when it holds the live lease.
+type candidateColumns struct {
+	c            CandidateInfo
+	ident        identityColumns
+	reg, hb, exp dialect.Time
+	leader       int64
+}
+
+func (k *candidateColumns) dest() []any {
+	return []any{&k.c.ID, &k.ident.host, &k.ident.pid, &k.ident.label, &k.reg, &k.hb, &k.exp, &k.leader}
+}
+
+func (k *candidateColumns) info() CandidateInfo {
+	k.c.Identity = k.ident.identity()
+	k.c.RegisteredAt, k.c.LastHeartbeatAt, k.c.ExpiresAt = k.reg.Time, k.hb.Time, k.exp.Time
+	k.c.Leader = k.leader != 0
+	return k.c
+}
+
+// termColumns scans a term as the history statements give it: term,
+// leader_id, hostname, pid, label, acquired_at, ended_at, end_reason.
+type termColumns struct {
+	t          TermRecord
+	ident      identityColumns
+	acq, ended dialect.Time
+	reason     sql.NullString
+}
+
+func (k *termColumns) dest() []any {
+	return []any{&k.t.Term, &k.t.Leader, &k.ident.host, &k.ident.pid, &k.ident.label, &k.acq, &k.ended, &k.reason}
+}
+
+func (k *termColumns) record() TermRecord {
+	k.t.Identity = k.ident.identity()
+	k.t.AcquiredAt, k.t.EndedAt, k.t.EndReason = k.acq.Time, k.ended.Time, EndReason(k.reason.String)
+	return k.t
 }
 
 // History returns up to limit terms of the namespace, newest first. Every
@@ -182,34 +226,11 @@ func (e *Election) History(ctx context.Context, limit int, opts ...CallOption) (
 	if limit <= 0 {
 		return nil, fmt.Errorf("%w: History limit must be positive, got %d", ErrInvalidOption, limit)
 	}
-	out := []TermRecord{}
-	err := e.autocommit(ctx, "History", opts, func(conn gorm.ConnPool, _ bool) error {
-		out = out[:0]
-		rows, err := conn.QueryContext(ctx, e.q.History, e.namespace, limit)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var (
-				t          = TermRecord{Namespace: e.namespace}
-				ident      identityColumns
-				acq, ended dialect.Time
-				reason     sql.NullString
-			)
-			if err := rows.Scan(&t.Term, &t.Leader, &ident.host, &ident.pid, &ident.label, &acq, &ended, &reason); err != nil {
-				return err
-			}
-			t.Identity = ident.identity()
-			t.AcquiredAt, t.EndedAt, t.EndReason = acq.Time, ended.Time, EndReason(reason.String)
-			out = append(out, t)
-		}
-		return rows.Err()
+	return queryAll(ctx, e, "History", opts, e.q.History, []any{e.namespace, limit}, func(rows *sql.Rows) (TermRecord, error) {
+		k := termColumns{t: TermRecord{Namespace: e.namespace}}
+		err := rows.Scan(k.dest()...)
+		return k.record(), err
 	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // ListNamespaces lists the namespaces found in the Election's tables, sorted:
@@ -219,27 +240,10 @@ func (e *Election) History(ctx context.Context, limit int, opts ...CallOption) (
 // Election's own namespace is listed only when it has rows. The slice is
 // empty, not nil, when there are none.
 func (e *Election) ListNamespaces(ctx context.Context, opts ...CallOption) ([]string, error) {
-	out := []string{}
-	err := e.autocommit(ctx, "ListNamespaces", opts, func(conn gorm.ConnPool, _ bool) error {
-		out = out[:0]
-		rows, err := conn.QueryContext(ctx, e.q.Namespaces)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var ns string
-			if err := rows.Scan(&ns); err != nil {
-				return err
-			}
-			out = append(out, ns)
-		}
-		return rows.Err()
+	return queryAll(ctx, e, "ListNamespaces", opts, e.q.Namespaces, nil, func(rows *sql.Rows) (ns string, err error) {
+		err = rows.Scan(&ns)
+		return ns, err
 	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // VacateSeat clears the namespace's seat, whoever holds it: the operator's
