@@ -71,7 +71,7 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	g.box.lock()
 	total := 0
 	in := dialect.RoundIn{Member: g.id, Hostname: g.base.identity.Hostname, PID: g.base.identity.PID, Label: g.base.identity.Label,
-		Expire: g.base.expire, Horizon: g.t.interval}
+		Expire: g.base.expire, Horizon: g.t.interval, Lapsed: g.base.expire}
 	var held []heldSeat
 	members := make(map[string]*member, len(g.members))
 	for ns, mem := range g.members {
@@ -94,7 +94,9 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 			held = append(held, heldSeat{mem: mem, lead: c})
 			in.Held = append(in.Held, dialect.HeldLease{Namespace: ns, Term: c.lease.Term})
 		}
-		if mem.m.cur != nil || !mem.seen {
+		if mem.m.cur != nil || !mem.seen || mem.m.last.Vacant() {
+			// Held, never read, or free when last read (a lapse older
+			// than the window is not found by the index any more).
 			in.Read = append(in.Read, ns)
 		}
 	}

@@ -104,6 +104,11 @@ type Leader struct {
 	// UpdatedAt is when the row last changed (database clock, UTC). It is
 	// written by package election, never by GORM's clock.
 	UpdatedAt time.Time `gorm:"column:updated_at;not null;precision:6;autoUpdateTime:false"`
+	// FreeAt is when the seat is or became free: the lease's end while
+	// held, the vacate while vacant (schema version 3). The database
+	// computes it; a Group's round reads through its index the seats that
+	// lapse or were vacated lately.
+	FreeAt *time.Time `gorm:"column:free_at;->;precision:6"`
 }
 
 // TableName returns the table the model is stored in.

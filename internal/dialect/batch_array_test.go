@@ -137,7 +137,7 @@ func TestGroupRound(t *testing.T) {
 			}
 
 			expire := 7 * time.Second
-			in := dialect.RoundIn{Member: me, Hostname: "host", PID: 42, Label: "label", Expire: expire, Horizon: time.Second,
+			in := dialect.RoundIn{Member: me, Hostname: "host", PID: 42, Label: "label", Expire: expire, Horizon: time.Second, Lapsed: time.Minute,
 				Joined: names, Join: names,
 				Held:   []dialect.HeldLease{{Namespace: held, Term: 5}, {Namespace: moved, Term: 4}, {Namespace: expired, Term: 2}, {Namespace: other, Term: 9}},
 				Read:   []string{held, moved, expired, other, free},

@@ -38,16 +38,18 @@ type RoundIn struct {
 	// Expire is the expiry window: the member row and each lease renewed
 	// are extended by it.
 	Expire time.Duration
-	// Horizon: a seat whose lease ends sooner than this from now is read.
-	Horizon time.Duration
+	// Horizon and Lapsed: a seat whose lease ends sooner than Horizon from
+	// now, or that became free (lapsed or vacated) less than Lapsed ago,
+	// is read.
+	Horizon, Lapsed time.Duration
 	// Joined are the namespaces the round is for, at least one.
 	Joined []string
 	// Held are the leases to renew.
 	Held []HeldLease
 	// Read are namespaces whose seats are read whatever their state: the
-	// held ones (to tell why a lease was not renewed), and those the Group
-	// has not read yet. A namespace without a leader row is reported
-	// with Exists false.
+	// held ones (to tell why a lease was not renewed), those the Group has
+	// not read yet, and those it last saw free. A namespace without a
+	// leader row is reported with Exists false.
 	Read []string
 	// Join are the namespaces whose candidate rows, pointing to the member
 	// row, the round writes: those joined since the last round.
@@ -105,7 +107,7 @@ func GroupRound(ctx context.Context, conn gorm.ConnPool, d Dialect, in RoundIn) 
 		out.Sent = time.Now()
 		rows, err := conn.QueryContext(ctx, pgRound(d, len(in.Joined)), in.Member, in.Hostname, int64(in.PID), in.Label,
 			d.DurationArg(in.Expire), TextArray(in.Joined), TextArray(in.Join), TextArray(nss), Int64Array(terms),
-			d.DurationArg(in.Horizon), TextArray(in.Sample), TextArray(in.Read))
+			d.DurationArg(in.Horizon), TextArray(in.Sample), TextArray(in.Read), d.DurationArg(-in.Lapsed))
 		if err != nil {
 			return out, err
 		}
@@ -189,8 +191,8 @@ func GroupRound(ctx context.Context, conn gorm.ConnPool, d Dialect, in RoundIn) 
 	if len(in.Sample) > 0 {
 		args = append(args, in.Member)
 	}
+	args = append(args, d.DurationArg(-in.Lapsed), d.DurationArg(in.Horizon))
 	args = append(args, anyStrings(in.Joined)...)
-	args = append(args, d.DurationArg(in.Horizon))
 	args = append(args, anyStrings(in.Read)...)
 	out.Sent = time.Now()
 	rows, err := conn.QueryContext(ctx, finish(d, readSeats(p, len(in.Joined), len(in.Read), len(in.Sample))), args...)
@@ -300,9 +302,11 @@ func joinRows(p pieces, n int) string {
 const insertMemberCandidate = "INSERT INTO election_candidates (namespace, candidate_id, registered_at, last_heartbeat_at, expires_at, hostname, pid, label, member_id) "
 
 // readSeats is the reading of a round but PostgreSQL's: parameters are the
-// sampled namespaces and the member id (when sample > 0), the joined
-// namespaces, the horizon (a duration), then the namespaces read whatever
-// their state.
+// sampled namespaces and the member id (when sample > 0), the time since a
+// seat became free (a negative duration) and the horizon (a duration), the
+// joined namespaces, then the namespaces read whatever their state. The
+// index on free_at finds the seats that lapse or were vacated lately
+// without visiting the others.
 func readSeats(p pieces, joined, read, sample int) string {
 	live := "0"
 	if sample > 0 {
@@ -310,7 +314,8 @@ func readSeats(p pieces, joined, read, sample int) string {
 			" WHERE e.namespace IN (" + marks(sample) + ") AND " + liveCandidate("e", p.now()) +
 			" AND e.candidate_id <> ? GROUP BY e.namespace) x)"
 	}
-	on := "(l.namespace IN (" + marks(joined) + ") AND (l.lease_expires_at IS NULL OR l.lease_expires_at < " + p.plus("t.n") + "))"
+	at := stmtNow(p)
+	on := "(l.free_at > " + p.plus(at) + " AND l.free_at < " + p.plus(at) + " AND l.namespace IN (" + marks(joined) + "))"
 	if read > 0 {
 		on += " OR l.namespace IN (" + marks(read) + ")"
 	}
@@ -347,7 +352,7 @@ func GroupRoundNamespaces(q string) (n int, ok bool) {
 // they travel as arrays. Parameters: member id, hostname, pid, label,
 // expiry window; the joined namespaces; those to join; the held leases'
 // namespaces and terms; the horizon; the sampled namespaces; those read
-// whatever their state.
+// whatever their state; the time since a lease ended (negative).
 //
 // The seats are read from the statement's snapshot, taken before the
 // renewal touched any row: a seat vacated by a transaction that committed
@@ -371,11 +376,16 @@ func pgRound(d Dialect, n int) string {
 		"k AS (SELECT COALESCE(MAX(x.k), 0) + 1 AS n FROM (SELECT COUNT(*) AS k FROM c, unnest(CAST($11 AS text[])) AS a(ns) "+
 		"JOIN election_candidates e ON e.namespace = a.ns"+withMember("e")+" WHERE "+liveCandidate("e", "c.n")+
 		" AND e.candidate_id <> $1 GROUP BY a.ns) x), "+
-		// The joined namespaces are hashed and the leader rows found
-		// through the lease's index, so that only the vacant and lapsing
-		// seats are read, then those read whatever their state, by key.
-		"s AS (SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at FROM c "+
-		"JOIN election_leaders l ON l.lease_expires_at IS NULL OR l.lease_expires_at < c.n + CAST($10 AS bigint) * interval '1 microsecond' "+
+		// The seats whose lease ends within the horizon, or that became
+		// free a short while ago (lapsed or vacated), found through the
+		// index on free_at without visiting the others (the statement's
+		// time, stable, can bound an index scan; the clock's cannot), then
+		// those read whatever their state, by key.
+		// OFFSET 0 keeps the range a scan of its own, whatever the
+		// planner estimates of the namespaces, which are then hashed.
+		"s AS (SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at FROM (SELECT * FROM election_leaders "+
+		"WHERE free_at > statement_timestamp() + CAST($13 AS bigint) * interval '1 microsecond' "+
+		"AND free_at < statement_timestamp() + CAST($10 AS bigint) * interval '1 microsecond' OFFSET 0) l "+
 		"WHERE l.namespace IN (SELECT unnest(CAST($6 AS text[]))) "+
 		"UNION SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at "+
 		"FROM unnest(CAST($12 AS text[])) AS a(ns) JOIN election_leaders l ON l.namespace = a.ns) "+
@@ -458,4 +468,17 @@ func pgTakeSeats() string {
 func TakesSeatsAtOnce(d Dialect) bool {
 	_, ok := d.(postgres)
 	return ok
+}
+
+// stmtNow is the database clock as of the statement's start: constant for
+// the statement, so that it can bound an index scan. It serves to choose
+// what to read, never to judge a lease.
+func stmtNow(p pieces) string {
+	switch p.(type) {
+	case postgres:
+		return "statement_timestamp()"
+	case mysql:
+		return "NOW(6)"
+	}
+	return p.now()
 }

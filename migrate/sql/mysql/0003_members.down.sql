@@ -1,4 +1,4 @@
-DROP INDEX election_leaders_lease ON election_leaders;
+ALTER TABLE election_leaders DROP INDEX election_leaders_free, DROP COLUMN free_at;
 
 ALTER TABLE election_candidates DROP COLUMN member_id;
 

@@ -10,4 +10,6 @@ CREATE TABLE IF NOT EXISTS election_members (
 
 ALTER TABLE election_candidates ADD COLUMN member_id CHAR(36) CHARACTER SET ascii COLLATE ascii_bin NULL;
 
-CREATE INDEX election_leaders_lease ON election_leaders (lease_expires_at);
+ALTER TABLE election_leaders
+    ADD COLUMN free_at DATETIME(6) AS (COALESCE(lease_expires_at, updated_at)) VIRTUAL,
+    ADD INDEX election_leaders_free (free_at);

@@ -10,4 +10,7 @@ CREATE TABLE IF NOT EXISTS election_members (
 
 ALTER TABLE election_candidates ADD COLUMN IF NOT EXISTS member_id uuid;
 
-CREATE INDEX IF NOT EXISTS election_leaders_lease ON election_leaders (lease_expires_at);
+ALTER TABLE election_leaders ADD COLUMN IF NOT EXISTS free_at timestamptz
+    GENERATED ALWAYS AS (COALESCE(lease_expires_at, updated_at)) STORED;
+
+CREATE INDEX IF NOT EXISTS election_leaders_free ON election_leaders (free_at);

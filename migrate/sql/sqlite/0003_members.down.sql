@@ -1,4 +1,6 @@
-DROP INDEX IF EXISTS election_leaders_lease;
+DROP INDEX IF EXISTS election_leaders_free;
+
+ALTER TABLE election_leaders DROP COLUMN free_at;
 
 ALTER TABLE election_candidates DROP COLUMN member_id;
 

@@ -10,4 +10,6 @@ CREATE TABLE IF NOT EXISTS election_members (
 
 ALTER TABLE election_candidates ADD COLUMN member_id TEXT;
 
-CREATE INDEX IF NOT EXISTS election_leaders_lease ON election_leaders (lease_expires_at);
+ALTER TABLE election_leaders ADD COLUMN free_at DATETIME GENERATED ALWAYS AS (COALESCE(lease_expires_at, updated_at)) VIRTUAL;
+
+CREATE INDEX IF NOT EXISTS election_leaders_free ON election_leaders (free_at);
