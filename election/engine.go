@@ -538,9 +538,13 @@ var errWorkRunning = fmt.Errorf("the leader's work has not returned")
 func (m *machine) vacateAfterWork(ctx context.Context, op string, term int64, unregister bool) error {
 	for _, c := range []<-chan struct{}{m.inflight.wait(), m.work.wait()} {
 		select {
-		case <-c:
-		case <-ctx.Done():
-			return fmt.Errorf("election: %s: %w: %w", op, errWorkRunning, ctx.Err())
+		case <-c: // done already: ctx's end does not matter here
+		default:
+			select {
+			case <-c:
+			case <-ctx.Done():
+				return fmt.Errorf("election: %s: %w: %w", op, errWorkRunning, ctx.Err())
+			}
 		}
 	}
 	m.box.lock()
