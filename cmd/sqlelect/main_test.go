@@ -686,7 +686,9 @@ func e2eWatch(t *testing.T, c cli, tg testdb.Target, dsn string, db *gorm.DB, ns
 	if !strings.Contains(slow.out.String(), `"term":`+strconv.FormatInt(lease.Term, 10)) {
 		t.Fatalf("the slow watch does not show term %d: %s", lease.Term, slow.out.String())
 	}
-	if err := leader.Resign(ctx); err != nil {
+	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer rcancel()
+	if err := leader.Resign(rctx); err != nil {
 		t.Fatal(err)
 	}
 	resigned := time.Now()
