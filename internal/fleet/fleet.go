@@ -176,8 +176,8 @@ func (f *Fleet) MaxLed() int {
 	return most
 }
 
-// WaitAllLed waits until every namespace is led, polling every few
-// milliseconds, and returns when that was; it gives up at deadline.
+// WaitAllLed waits until every namespace is led, polling every 5 ms, and
+// returns when that was; it gives up at deadline.
 func (f *Fleet) WaitAllLed(deadline time.Time) (time.Time, error) {
 	for {
 		if f.Led() >= f.m {
@@ -189,7 +189,7 @@ func (f *Fleet) WaitAllLed(deadline time.Time) (time.Time, error) {
 		if time.Now().After(deadline) {
 			return time.Time{}, fmt.Errorf("%d of %d namespaces led", f.Led(), f.m)
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -408,6 +408,14 @@ func (pr *Proc) LeadingNames() []string {
 		out = append(out, ns)
 	}
 	return out
+}
+
+// Leads reports whether pr leads ns.
+func (pr *Proc) Leads(ns string) bool {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	_, ok := pr.leading[ns]
+	return ok
 }
 
 // Ready reports whether pr's Group was made and is about to run.

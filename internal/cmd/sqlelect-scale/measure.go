@@ -297,7 +297,7 @@ func killOne(ctx context.Context, f *fleet.Fleet, p int, expire time.Duration) (
 		if time.Now().After(deadline) {
 			return fmt.Sprintf("not all %d led again after %v", len(orphans), time.Since(killed).Round(time.Millisecond)), nil
 		}
-		if err := sleep(ctx, 2*time.Millisecond); err != nil {
+		if err := sleep(ctx, 5*time.Millisecond); err != nil {
 			return "", err
 		}
 	}
@@ -305,7 +305,7 @@ func killOne(ctx context.Context, f *fleet.Fleet, p int, expire time.Duration) (
 
 func ledByAny(f *fleet.Fleet, ns string) bool {
 	for _, pr := range f.Procs() {
-		if slices.Contains(pr.LeadingNames(), ns) {
+		if pr.Leads(ns) {
 			return true
 		}
 	}

@@ -119,8 +119,8 @@ func plotSVG(title string, points []point, target float64) []byte {
 				x(m), pTop, x(m), pBot, x(m), pBot+16, m)
 		}
 		for _, v := range ticks {
-			fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/><text x="%d" y="%.1f" text-anchor="end">%g</text>`+"\n",
-				left, y(v), w-right, y(v), left-6, y(v)+4, v)
+			fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/><text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n",
+				left, y(v), w-right, y(v), left-6, y(v)+4, tickLabel(v))
 		}
 		if pn.target > 0 {
 			fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#c00" stroke-dasharray="2,3"/><text x="%d" y="%.1f" fill="#c00">target %g</text>`+"\n",
@@ -176,4 +176,21 @@ func plotSVG(title string, points []point, target float64) []byte {
 	}
 	b.WriteString("</svg>\n")
 	return b.Bytes()
+}
+
+// tickLabel writes a tick's value with its thousands grouped: 1,000,000,
+// not 1e+06.
+func tickLabel(v float64) string {
+	if v != math.Trunc(v) || v < 1000 {
+		return fmt.Sprintf("%g", v)
+	}
+	digits := fmt.Sprintf("%.0f", v)
+	var out []byte
+	for i, d := range []byte(digits) {
+		if i > 0 && (len(digits)-i)%3 == 0 {
+			out = append(out, ',')
+		}
+		out = append(out, d)
+	}
+	return string(out)
 }

@@ -67,3 +67,11 @@ func TestPlotSVG(t *testing.T) {
 		t.Error("without rows: a rows panel drawn")
 	}
 }
+
+func TestTickLabel(t *testing.T) {
+	for v, want := range map[float64]string{0: "0", 1: "1", 0.5: "0.5", 999: "999", 1000: "1,000", 100000: "100,000", 1e6: "1,000,000"} {
+		if got := tickLabel(v); got != want {
+			t.Errorf("tickLabel(%g) = %q, want %q", v, got, want)
+		}
+	}
+}
