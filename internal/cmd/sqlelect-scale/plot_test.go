@@ -75,3 +75,18 @@ func TestTickLabel(t *testing.T) {
 		}
 	}
 }
+
+func TestWithDatabase(t *testing.T) {
+	for dsn, want := range map[string]string{
+		"postgres://postgres@127.0.0.1:5432/test?sslmode=disable": "postgres://postgres@127.0.0.1:5432/sqlelect_scale?sslmode=disable",
+		"mysql://root@tcp(127.0.0.1:3306)/test":                   "mysql://root@tcp(127.0.0.1:3306)/sqlelect_scale",
+		"root:pw@tcp(localhost:3306)/test?parseTime=true":         "root:pw@tcp(localhost:3306)/sqlelect_scale?parseTime=true",
+	} {
+		if got, err := withDatabase(dsn, "sqlelect_scale"); err != nil || got != want {
+			t.Errorf("withDatabase(%q) = %q, %v; want %q", dsn, got, err, want)
+		}
+	}
+	if _, err := withDatabase("host=localhost dbname=test", "x"); err == nil {
+		t.Error("a keyword/value DSN was rewritten")
+	}
+}
