@@ -57,6 +57,8 @@ bench-scale:
 	go run ./internal/cmd/sqlelect-scale -db postgres -namespaces 1,16,128,1000 -procs 2,8,32 -steady 10s -plot docs/scale-postgres.svg
 	go run ./internal/cmd/sqlelect-scale -db mysql -namespaces 1,16,128,1000 -procs 2,8,32 -steady 10s -plot docs/scale-mysql.svg
 	go run ./internal/cmd/sqlelect-scale -db sqlite -namespaces 1,16,128 -procs 2,8 -steady 10s -plot docs/scale-sqlite.svg
+	go run ./internal/cmd/sqlelect-scale -db postgres -namespaces 128,1000 -procs 8 -balance on -steady 20s -overload-latency 400ms -overload-for 10s
+	go run ./internal/cmd/sqlelect-scale -db postgres -namespaces 128,1000 -procs 8 -balance on -steady 20s -overload-stall 1800ms
 
 fuzz:
 	go test -run '^$$' -fuzz FuzzOpen -fuzztime 60s ./session/

@@ -1,12 +1,15 @@
 // Package faultproxy is a TCP proxy on the loopback interface for fault
 // tests: it forwards connections to a database server and can cut them,
-// refuse new ones, or slow every chunk of data down.
+// refuse new ones, slow every chunk of data down, or hold all of it back for
+// a while.
 //
 // A test points its DSN at Addr instead of the server (see ReplaceAddr),
 // then calls Cut to make the database "go away" (every live connection is
 // reset, new ones are reset as soon as they are accepted), Resume to bring it
-// back, and SetDelay to add latency. Close stops the proxy and every goroutine
-// it started.
+// back, SetDelay or SetLatency to add latency, and Freeze and Thaw to stall
+// every connection without closing it (a server or network that stops
+// answering for a while, then carries on). Close stops the proxy and every
+// goroutine it started.
 //
 // Only loopback targets are accepted, and the proxy listens on 127.0.0.1.
 package faultproxy
@@ -17,6 +20,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,15 +37,21 @@ const dialTimeout = 5 * time.Second
 // chunkSize is the largest piece of data forwarded at once.
 const chunkSize = 32 << 10
 
+// queueLen is how many chunks of one direction may wait out their latency
+// (or a freeze) at once; the next read waits for room, as a full network
+// buffer makes the sender wait.
+const queueLen = 256
+
 // Proxy forwards TCP connections from Addr to a target. Its methods are safe
 // for concurrent use.
 type Proxy struct {
-	target string
-	ln     net.Listener
-	delay  atomic.Int64 // nanoseconds
-	ctx    context.Context
-	stop   context.CancelFunc
-	wg     sync.WaitGroup
+	target  string
+	ln      net.Listener
+	delay   atomic.Int64 // nanoseconds
+	latency atomic.Int64 // nanoseconds
+	ctx     context.Context
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
 
 	mu       sync.Mutex
 	cut      bool
@@ -49,6 +59,7 @@ type Proxy struct {
 	conns    map[*link]struct{}
 	accepted int
 	refused  int
+	frozen   chan struct{} // non-nil while frozen; Thaw closes it
 }
 
 // link is one proxied connection: the client's side and the target's.
@@ -154,6 +165,61 @@ func (p *Proxy) SetDelay(d time.Duration) {
 		d = 0
 	}
 	p.delay.Store(int64(d))
+}
+
+// SetLatency makes every chunk of data, in both directions, arrive d after
+// the proxy read it, while the chunks behind it are read and wait their own
+// d meanwhile: a link with latency d each way and no limit on throughput,
+// so a request and its answer take 2d more, however many chunks the answer
+// spans. Zero (the default) forwards at once. Chunks are forwarded in
+// order; a chunk read before a change keeps the latency in force when it
+// was read. SetDelay's wait, when both are set, comes first.
+func (p *Proxy) SetLatency(d time.Duration) {
+	if d < 0 {
+		d = 0
+	}
+	p.latency.Store(int64(d))
+}
+
+// Freeze holds back every chunk of data, in both directions, on every
+// connection, live or accepted while frozen, without closing any: to the
+// client the server stops answering, to the server the client goes quiet,
+// as when a server or the network between them stalls. Data read while
+// frozen is forwarded, in order, once Thaw is called. Freezing a frozen
+// proxy does nothing.
+func (p *Proxy) Freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.frozen == nil {
+		p.frozen = make(chan struct{})
+	}
+}
+
+// Thaw ends Freeze: held data is forwarded at once (each chunk still waits
+// out its latency, if any). Thawing a proxy that is not frozen does
+// nothing.
+func (p *Proxy) Thaw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.frozen != nil {
+		close(p.frozen)
+		p.frozen = nil
+	}
+}
+
+// IsFrozen reports whether the proxy is holding data back (Freeze).
+func (p *Proxy) IsFrozen() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.frozen != nil
+}
+
+// gate returns the channel that Thaw closes while the proxy is frozen, and
+// nil when it is not.
+func (p *Proxy) gate() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.frozen
 }
 
 // Live returns the number of connections being forwarded.
@@ -272,15 +338,51 @@ func (p *Proxy) serve(client net.Conn) {
 }
 
 // pipe copies src to dst, holding each chunk back by the delay in force
-// when it was read. Chunks of one direction go one at a time, in order, so a
-// delay also caps throughput: fine for the request-and-answer traffic of a
-// database protocol. Any error on either side tears the whole link down.
+// when it was read before it reads the next. Chunks of one direction go one
+// at a time, in order, so a delay also caps throughput: fine for the
+// request-and-answer traffic of a database protocol. Each chunk then waits,
+// in a queue to a writer of its own, until its latency has passed since it
+// was read and while the proxy is frozen. Any error on either side tears
+// the whole link down, once the chunks read before it were forwarded.
 func (p *Proxy) pipe(l *link, src, dst net.Conn) {
-	defer l.close()
+	type chunk struct {
+		data []byte
+		due  time.Time // zero: at once
+	}
+	queue := make(chan chunk, queueLen)
+	wrote := make(chan struct{})
+	go func() {
+		defer close(wrote)
+		defer l.close()
+		for c := range queue {
+			if wait := time.Until(c.due); !c.due.IsZero() && wait > 0 {
+				t := time.NewTimer(wait)
+				select {
+				case <-l.done:
+					t.Stop()
+					return
+				case <-t.C:
+				}
+			}
+			if g := p.gate(); g != nil {
+				select {
+				case <-l.done:
+					return
+				case <-g:
+				}
+			}
+			if _, err := dst.Write(c.data); err != nil {
+				return
+			}
+		}
+	}()
+	defer func() { <-wrote }()
+	defer close(queue)
 	buf := make([]byte, chunkSize)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
+			read := time.Now()
 			if d := time.Duration(p.delay.Load()); d > 0 {
 				t := time.NewTimer(d)
 				select {
@@ -290,8 +392,14 @@ func (p *Proxy) pipe(l *link, src, dst net.Conn) {
 				case <-t.C:
 				}
 			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+			c := chunk{data: slices.Clone(buf[:n])}
+			if lat := time.Duration(p.latency.Load()); lat > 0 {
+				c.due = read.Add(lat)
+			}
+			select {
+			case <-l.done:
 				return
+			case queue <- c:
 			}
 		}
 		if err != nil {

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -181,6 +183,137 @@ func TestDelay(t *testing.T) {
 	p.SetDelay(0)
 	if got, err := roundTrip(c, r, "fast"); err != nil || got != "fast" {
 		t.Fatalf("after SetDelay(0): %q, %v", got, err)
+	}
+}
+
+// SetLatency holds every chunk back by the latency without holding back
+// the chunks behind it: a request and its answer of 256 KiB each (at least
+// eight chunks each way) take about two latencies, where chunks waiting for
+// each other would take sixteen or more; the data arrives whole and in
+// order; a latency of zero forwards at once again.
+func TestLatency(t *testing.T) {
+	echo := newEcho(t)
+	p := newProxy(t, echo.ln.Addr().String())
+	c, r := dial(t, p.Addr())
+	const lat = 500 * time.Millisecond
+	p.SetLatency(lat)
+	start := time.Now()
+	if _, err := roundTrip(c, r, "first"); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < 2*lat {
+		t.Fatalf("round trip with latency %v took %v, want at least %v", lat, took, 2*lat)
+	}
+	var big strings.Builder
+	for i := 0; big.Len() < 256<<10; i++ {
+		big.WriteString(strconv.Itoa(i))
+		big.WriteByte(' ')
+	}
+	line := big.String()
+	start = time.Now()
+	got, err := roundTrip(c, r, line)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != line {
+		t.Fatalf("the answer of %d bytes came back as %d bytes, or out of order", len(line), len(got))
+	}
+	// About 2 × lat; the bound leaves four times that for a slow machine.
+	if took >= 8*lat {
+		t.Fatalf("a round trip of %d KiB each way took %v at a latency of %v: the chunks waited for each other", len(line)>>10, took, lat)
+	}
+	p.SetLatency(0)
+	if got, err := roundTrip(c, r, "fast"); err != nil || got != "fast" {
+		t.Fatalf("after SetLatency(0): %q, %v", got, err)
+	}
+}
+
+// Freeze holds data back on live and new connections without closing them,
+// and Thaw lets it through, in order.
+func TestFreezeAndThaw(t *testing.T) {
+	echo := newEcho(t)
+	p := newProxy(t, echo.ln.Addr().String())
+	c, r := dial(t, p.Addr())
+	if _, err := roundTrip(c, r, "before"); err != nil {
+		t.Fatal(err)
+	}
+	p.Freeze()
+	p.Freeze() // twice is once
+	if !p.IsFrozen() {
+		t.Fatal("IsFrozen() = false after Freeze")
+	}
+	for _, line := range []string{"held 1\n", "held 2\n"} {
+		if _, err := io.WriteString(c, line); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A new connection is accepted, and its data held too.
+	c2, r2 := dial(t, p.Addr())
+	if _, err := io.WriteString(c2, "new\n"); err != nil {
+		t.Fatal(err)
+	}
+	for _, cr := range []struct {
+		c net.Conn
+		r *bufio.Reader
+	}{{c, r}, {c2, r2}} {
+		_ = cr.c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		got, err := cr.r.ReadString('\n')
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() {
+			t.Fatalf("read while frozen: %q, %v; want a timeout (held, not closed)", got, err)
+		}
+	}
+	if fwd, refused := p.Stats(); fwd != 2 || refused != 0 {
+		t.Fatalf("Stats() = %d forwarded, %d refused while frozen; want 2 and 0", fwd, refused)
+	}
+	p.Thaw()
+	p.Thaw() // twice is once
+	if p.IsFrozen() {
+		t.Fatal("IsFrozen() = true after Thaw")
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for _, want := range []string{"held 1\n", "held 2\n"} {
+		if got, err := r.ReadString('\n'); err != nil || got != want {
+			t.Fatalf("after Thaw: %q, %v; want %q", got, err, want)
+		}
+	}
+	_ = c2.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if got, err := r2.ReadString('\n'); err != nil || got != "new\n" {
+		t.Fatalf("new connection after Thaw: %q, %v", got, err)
+	}
+	if got, err := roundTrip(c, r, "after"); err != nil || got != "after" {
+		t.Fatalf("round trip after Thaw: %q, %v", got, err)
+	}
+}
+
+// A frozen connection is still torn down by Cut, and Close does not wait
+// for a Thaw (goleak checks that no goroutine is left).
+func TestFreezeThenCutAndClose(t *testing.T) {
+	echo := newEcho(t)
+	p, err := faultproxy.New(echo.ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, r := dial(t, p.Addr())
+	if _, err := roundTrip(c, r, "x"); err != nil {
+		t.Fatal(err)
+	}
+	p.Freeze()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := roundTrip(c, r, "held")
+		errc <- err
+	}()
+	p.Cut()
+	if err := <-errc; err == nil {
+		t.Fatal("a round trip through a frozen, cut proxy succeeded")
+	}
+	p.Resume()
+	c2, _ := dial(t, p.Addr())
+	_, _ = io.WriteString(c2, "held\n")
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
 

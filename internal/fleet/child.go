@@ -1,0 +1,305 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sqlelect/sqlelect/election"
+	"github.com/sqlelect/sqlelect/electiontest"
+	"github.com/sqlelect/sqlelect/internal/rtcount"
+	"github.com/sqlelect/sqlelect/session"
+)
+
+// ChildEnv names the environment variable that makes a process a candidate
+// process of a fleet: its value is the process's Config as JSON.
+const ChildEnv = "SQLELECT_FLEET_CHILD"
+
+// Config is what one candidate process runs.
+type Config struct {
+	// DSN is the database, as session.Open takes it.
+	DSN string `json:"dsn"`
+	// Prefix and Namespaces name the Group's namespaces (Names).
+	Prefix     string `json:"prefix"`
+	Namespaces int    `json:"namespaces"`
+	// Expire is the expiry window (election.WithExpire).
+	Expire time.Duration `json:"expire"`
+	// Interval is GroupConfig.Interval; zero is the Group's default,
+	// Expire/3.
+	Interval time.Duration `json:"interval,omitempty"`
+	// Balance is GroupConfig.Balance.
+	Balance bool `json:"balance,omitempty"`
+	// Conns is the most connections the process's pool opens
+	// (SetMaxOpenConns; one fewer are kept idle, for an expiry window);
+	// zero is 3: the listening connection, one for the rounds, one for the
+	// attempts beside them.
+	Conns int `json:"conns,omitempty"`
+	// Trace counts the statements by kind and text, the attempts' outcomes
+	// and the pool's waits, for Proc.Trace.
+	Trace bool `json:"trace,omitempty"`
+	// StatsEvery is how often the process reports its counts; zero is
+	// 500 ms.
+	StatsEvery time.Duration `json:"stats_every,omitempty"`
+	// History is the file the process writes its electiontest history to
+	// when it stops; the fleet sets it.
+	History string `json:"history,omitempty"`
+}
+
+func (c Config) conns() int {
+	if c.Conns <= 0 {
+		return 3
+	}
+	return c.Conns
+}
+
+func (c Config) statsEvery() time.Duration {
+	if c.StatsEvery <= 0 {
+		return 500 * time.Millisecond
+	}
+	return c.StatsEvery
+}
+
+// Names returns the namespaces of a fleet: prefix.0000, prefix.0001 and
+// so on, m of them.
+func Names(prefix string, m int) []string {
+	out := make([]string, m)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s.%04d", prefix, i)
+	}
+	return out
+}
+
+// MaybeChild runs this process as a candidate process and exits, when
+// ChildEnv is set; otherwise it returns at once. Call it first thing in
+// main, or in TestMain, of the program a fleet starts again.
+func MaybeChild() {
+	v := os.Getenv(ChildEnv)
+	if v == "" {
+		return
+	}
+	var cfg Config
+	if err := json.Unmarshal([]byte(v), &cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "fleet child: %s: %v\n", ChildEnv, err)
+		os.Exit(2)
+	}
+	if err := runChild(cfg, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "fleet child:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// event is one line a candidate process writes on its stdout.
+type event struct {
+	Kind string `json:"k"` // ready, led, stopped, stats
+	// Namespace, Term and Reason: led, stopped.
+	Namespace string `json:"ns,omitempty"`
+	Term      int64  `json:"t,omitempty"`
+	Reason    string `json:"r,omitempty"`
+	// Statements, CPU, Errors and Trace: stats, all so far.
+	Statements int64            `json:"rt,omitempty"`
+	CPU        float64          `json:"cpu,omitempty"`
+	Errors     map[string]int64 `json:"e,omitempty"`
+	Trace      map[string]int64 `json:"q,omitempty"`
+}
+
+// runChild is the body of a candidate process: a Group over the fleet's
+// namespaces, reporting on out, until SIGTERM or an interrupt.
+func runChild(cfg Config, out io.Writer) error {
+	c := &rtcount.Counter{}
+	var (
+		qmu    sync.Mutex
+		trace  = map[string]int64{}
+		errsBy = map[string]int64{}
+	)
+	count := func(m map[string]int64, key string) {
+		qmu.Lock()
+		m[key]++
+		qmu.Unlock()
+	}
+	if cfg.Trace {
+		c.Observe = func(k rtcount.Kind, query string) {
+			key := k.String()
+			if query != "" {
+				key += " " + strings.Join(strings.Fields(query), " ")
+				if len(key) > 90 {
+					key = key[:90]
+				}
+			}
+			count(trace, key)
+		}
+	}
+	db, err := session.OpenWrapped(cfg.DSN, c.Wrap)
+	if err != nil {
+		return err
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return err
+	}
+	// The listening connection (a pool of fewer than three has none:
+	// handoffs then wait for the ticks), one for the rounds and one for
+	// the attempts beside them. Idle connections are kept for an expiry
+	// window: closed after each use, every attempt beside a round dials a
+	// new one; kept for good, the attempts' connection stays open once the
+	// seats are taken. database/sql hands out the connection used last, so
+	// the rounds keep theirs and a process holds two in the steady state.
+	sqlDB.SetMaxOpenConns(cfg.conns())
+	sqlDB.SetMaxIdleConns(max(cfg.conns()-1, 1))
+	sqlDB.SetConnMaxIdleTime(cfg.Expire)
+
+	var mu sync.Mutex
+	enc := json.NewEncoder(out)
+	emit := func(ev event) {
+		mu.Lock()
+		defer mu.Unlock()
+		_ = enc.Encode(ev)
+	}
+	rec := electiontest.NewRecorder()
+	id := uuid.New()
+	obs := &childObserver{name: id.String(), rec: rec, emit: emit, trace: cfg.Trace,
+		count: func(key string) { count(trace, key) }, countErr: func(key string) { count(errsBy, key) }}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	g, err := election.NewGroup(ctx, db, id, election.GroupConfig{
+		Namespaces: Names(cfg.Prefix, cfg.Namespaces),
+		Interval:   cfg.Interval,
+		Balance:    cfg.Balance,
+		OnStartedLeading: func(lctx context.Context, l election.Lease) {
+			rec.Observe(obs.name, l)
+			<-lctx.Done()
+		},
+	}, election.WithExpire(cfg.Expire), election.WithObserver(obs),
+		election.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	if err != nil {
+		return err
+	}
+	go func() {
+		t := time.NewTicker(cfg.statsEvery())
+		defer t.Stop()
+		var (
+			waits  int64
+			waited time.Duration
+		)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				ev := event{Kind: "stats", Statements: c.Total(), CPU: cpuSeconds()}
+				qmu.Lock()
+				if cfg.Trace {
+					// Waits for a connection of the pool, in calls and
+					// in milliseconds.
+					st := sqlDB.Stats()
+					trace["pool waits"] += st.WaitCount - waits
+					trace["pool waited ms"] += (st.WaitDuration - waited).Milliseconds()
+					waits, waited = st.WaitCount, st.WaitDuration
+					ev.Trace = maps.Clone(trace)
+				}
+				if len(errsBy) > 0 {
+					ev.Errors = maps.Clone(errsBy)
+				}
+				qmu.Unlock()
+				emit(ev)
+			}
+		}
+	}()
+	emit(event{Kind: "ready"})
+	runErr := g.Run(ctx)
+	if cfg.History == "" {
+		return runErr
+	}
+	b, err := json.Marshal(rec.History())
+	if err != nil {
+		return errors.Join(runErr, err)
+	}
+	return errors.Join(runErr, os.WriteFile(cfg.History, b, 0o600))
+}
+
+// childObserver reports the Group's leaderships to the parent and records
+// every lease granted or renewed for the checker; with Trace it also
+// counts the outcomes, slow renewals, stops and wake-ups.
+type childObserver struct {
+	election.NopObserver
+	name     string
+	rec      *electiontest.Recorder
+	emit     func(event)
+	trace    bool
+	count    func(key string)
+	countErr func(key string)
+}
+
+func (o *childObserver) Attempt(a election.Attempt) {
+	if a.Outcome == election.OutcomeRenewed || a.Outcome == election.OutcomeLed {
+		o.rec.Observe(o.name, a.Lease)
+	}
+	if a.Err != nil {
+		o.countErr(a.ErrorClass)
+	}
+	if !o.trace {
+		return
+	}
+	o.count("outcome " + string(a.Outcome))
+	if a.Err != nil {
+		o.count("error " + a.ErrorClass + ": " + a.Err.Error())
+	}
+	if a.Outcome == election.OutcomeRenewed {
+		for _, d := range []time.Duration{time.Second, 100 * time.Millisecond, 10 * time.Millisecond} {
+			if a.Duration >= d {
+				o.count("outcome renewed in >= " + d.String())
+				break
+			}
+		}
+	}
+}
+
+func (o *childObserver) LeadershipStarted(l election.Leadership) {
+	o.rec.Observe(o.name, l.Lease)
+	o.emit(event{Kind: "led", Namespace: l.Namespace, Term: l.Lease.Term})
+}
+
+// LeadershipStopped records the term as given up early when the Group
+// may vacate it: after Leave, Resign, balancing, shutdown, or a step-down
+// (a renewal that landed after the trust window leaves a term the Group
+// then vacates). A term lost to another leader, a new term or its
+// lease's expiry, or vacated by another process, is not: its lease must
+// have ended before the next term began, and the checker looks.
+func (o *childObserver) LeadershipStopped(l election.Leadership) {
+	switch l.Reason {
+	case election.StopLost, election.StopVacated:
+	default:
+		o.rec.Released(l.Lease)
+	}
+	o.emit(event{Kind: "stopped", Namespace: l.Namespace, Term: l.Lease.Term, Reason: string(l.Reason)})
+	if o.trace {
+		o.count("stopped " + string(l.Reason))
+	}
+}
+
+func (o *childObserver) HandoffWake(w election.Wake) {
+	if o.trace {
+		o.count("wake " + w.Source)
+	}
+}
+
+// cpuSeconds is the CPU time this process has used so far.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}

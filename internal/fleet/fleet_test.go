@@ -1,0 +1,123 @@
+package fleet_test
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/sqlelect/sqlelect/internal/fleet"
+	"github.com/sqlelect/sqlelect/internal/testdb"
+)
+
+func TestMain(m *testing.M) {
+	fleet.MaybeChild()
+	goleak.VerifyTestMain(m)
+}
+
+// syncBuffer collects the processes' standard error for the log.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// A fleet of two processes leads every namespace, balanced; the parent
+// sees their statements and CPU; a killed process's namespaces are led
+// again by the other; the histories check out.
+func TestFleet(t *testing.T) {
+	for _, tg := range testdb.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			dsn, _ := testdb.Shared(t, tg)
+			var stderr syncBuffer
+			const m = 6
+			f, err := fleet.Start(fleet.Options{
+				Procs: 2,
+				Config: fleet.Config{
+					DSN: dsn, Prefix: testdb.Namespace(t), Namespaces: m,
+					Expire: time.Second, Balance: true, StatsEvery: 100 * time.Millisecond,
+				},
+				Command: func() *exec.Cmd { return exec.Command(os.Args[0], "-test.run=^$") },
+				Proxy:   tg.Name != "sqlite",
+				Stderr:  &stderr,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			defer func() {
+				if t.Failed() {
+					t.Logf("the processes' standard error:\n%s", stderr.String())
+				}
+			}()
+			if _, err := f.WaitAllLed(time.Now().Add(30 * time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for f.MaxLed() > m/2 && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if got := f.MaxLed(); got != m/2 {
+				t.Errorf("one process leads %d, want its share %d", got, m/2)
+			}
+			from := time.Now()
+			time.Sleep(time.Second)
+			to := time.Now()
+			for _, pr := range f.Procs() {
+				if n := pr.Statements(from, to); n <= 0 {
+					t.Errorf("process %d sent %d statements in a second", pr.Index, n)
+				}
+				if !pr.Ready() {
+					t.Errorf("process %d never said it was ready", pr.Index)
+				}
+			}
+			if f.Starts(f.Started(), to) < m {
+				t.Errorf("%d leaderships started, want at least %d", f.Starts(f.Started(), to), m)
+			}
+			victim := f.Procs()[0]
+			orphans := victim.LeadingNames()
+			f.Kill(victim)
+			if victim.Leading() != 0 {
+				t.Errorf("a killed process still counts %d namespaces", victim.Leading())
+			}
+			if _, err := f.WaitAllLed(time.Now().Add(15 * time.Second)); err != nil {
+				t.Fatalf("after killing a process that led %v: %v", orphans, err)
+			}
+			res, err := f.Stop(30 * time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Total() != 0 {
+				t.Fatal(res.Err())
+			}
+			if res.Terms < m {
+				t.Errorf("the checker saw %d terms, want at least %d", res.Terms, m)
+			}
+			stops := f.Stops(f.Started(), time.Now())
+			if stops["shutdown"] == 0 {
+				t.Errorf("no leadership ended for shutdown: %v", stops)
+			}
+		})
+	}
+}
+
+func TestConfigRequired(t *testing.T) {
+	if _, err := fleet.Start(fleet.Options{Procs: 1}); err == nil {
+		t.Fatal("Start without a command or namespaces succeeded")
+	}
+}
