@@ -69,39 +69,101 @@ const pgVacateNotify = `WITH v AS (
 )
 SELECT pg_notify($6, $7) FROM v`
 
-// withVacateNotify adds VacateNotify and TakeSeat to s, PostgreSQL's
+// withVacateNotify adds VacateNotify and Acquire to s, PostgreSQL's
 // statements.
 func withVacateNotify(s *Statements) *Statements {
 	s.VacateNotify = pgVacateNotify
-	s.TakeSeat = pgTakeSeat()
+	s.Acquire, s.AcquireKept = pgAcquire(true), pgAcquire(false)
 	return s
 }
 
-// pgTakeSeat is TakeSeat on PostgreSQL: what Elect's transaction does on
-// its locked path (lock the seat, read the clock after the lock, refresh
-// the candidate's row, grant a free seat, end the lapsed term, record the
-// new one) in one statement, one round trip where the transaction took
-// four. The lock is taken in the first WITH item and the clock read in the
-// second, from its row, so after the lock was granted; the grant updates
-// the row the lock holds only while its term is still the one locked (a
-// row that changed after the statement's snapshot is re-read by the
-// update, locked by this statement, and still of that term). The other
-// items read their times from that one reading.
-func pgTakeSeat() string {
+// pgAcquire is Acquire (refresh) or AcquireKept on PostgreSQL: the whole
+// of Elect outside a caller's transaction, in one statement and one round
+// trip.
+//
+// seen reads the seat with the statement's snapshot, without a lock. seat
+// locks the row only when that reading shows it free (vacant, lapsed by
+// the clock) or the candidate's own, or when $8 asks for the lock: another
+// candidate's live lease is otherwise never locked, so the leader's
+// renewal never waits for a follower. A row updated since the snapshot is
+// re-read under the lock and locked only if it still qualifies
+// (EvalPlanQual), its newest version being what the other items see. s
+// reads the clock from seat's row, so after the lock was granted; every
+// other item takes its times from that one reading. c creates a missing
+// row in term 1 (ON CONFLICT DO NOTHING: a row created by another caller
+// since the snapshot leaves it to the caller to run the statement again);
+// g grants a locked row in the next term, or renews the candidate's own
+// live lease in its term, updating the row seat locked only while its term
+// is still the one locked. h records a granted term, x ends a lapsed one
+// at its expiry, r (with refresh) refreshes the candidate's row. The row
+// yielded gives the seat as locked, or as seen when it was not locked, and
+// the term held after the statement.
+func pgAcquire(refresh bool) string {
 	p := postgres{}
+	id, identity := "CAST($2 AS uuid)", "CAST($4 AS text), CAST($5 AS bigint), CAST($6 AS text)"
 	plus := "s.n + CAST($3 AS bigint) * interval '1 microsecond'"
-	id, identity := "CAST($2 AS uuid)", "CAST($5 AS text), CAST($6 AS bigint), CAST($7 AS text)"
-	return "WITH seat AS (SELECT leader_id, term, lease_expires_at, acquired_at FROM election_leaders WHERE namespace = $1 FOR UPDATE), " +
-		"s AS (SELECT clock_timestamp() AS n, leader_id, term, lease_expires_at, acquired_at FROM seat), " +
-		"g AS (UPDATE election_leaders AS t SET leader_id = " + id + ", term = t.term + 1, lease_expires_at = " + plus + ", acquired_at = s.n, updated_at = s.n " +
-		"FROM s WHERE t.namespace = $1 AND t.term = s.term AND (s.leader_id IS NULL OR s.lease_expires_at <= s.n) " +
-		"RETURNING t.term, t.lease_expires_at), " +
-		"r AS (" + insertCandidate + "SELECT $1, " + id + ", s.n, s.n, " + plus + ", " + identity + " FROM s WHERE CAST($4 AS boolean) " +
-		p.upsert(candidateKey, candidateRefresh) + "), " +
-		"h AS (" + insertTerm + "SELECT $1, g.term, " + id + ", " + identity + ", s.n FROM g, s " + termUpsert(p) + "), " +
-		"x AS (UPDATE election_history AS o SET ended_at = s.lease_expires_at, end_reason = $8 FROM s, g " +
-		"WHERE o.namespace = $1 AND o.term = s.term AND s.leader_id IS NOT NULL AND o.ended_at IS NULL) " +
-		"SELECT s.n, s.leader_id, s.term, s.lease_expires_at, s.acquired_at, g.term, g.lease_expires_at FROM s LEFT JOIN g ON true"
+	own := "s.leader_id = " + id + " AND s.lease_expires_at > s.n"
+	q := "WITH seen AS (SELECT leader_id, term, lease_expires_at, acquired_at FROM election_leaders WHERE namespace = $1), " +
+		"seat AS (SELECT leader_id, term, lease_expires_at, acquired_at FROM election_leaders " +
+		"WHERE namespace = $1 AND (CAST($8 AS boolean) OR leader_id IS NULL OR leader_id = " + id + " OR lease_expires_at <= clock_timestamp()) FOR UPDATE), " +
+		"s AS (SELECT clock_timestamp() AS n, k.leader_id, k.term, k.lease_expires_at, k.acquired_at FROM (SELECT 1) d LEFT JOIN seat k ON true), " +
+		"c AS (INSERT INTO election_leaders (namespace, leader_id, term, lease_expires_at, acquired_at, updated_at) " +
+		"SELECT $1, " + id + ", 1, " + plus + ", s.n, s.n FROM s WHERE NOT EXISTS (SELECT 1 FROM seen) " +
+		"ON CONFLICT (namespace) DO NOTHING RETURNING term, lease_expires_at, acquired_at, true AS granted), " +
+		"g AS (UPDATE election_leaders AS t SET leader_id = " + id + ", " +
+		"term = CASE WHEN " + own + " THEN t.term ELSE t.term + 1 END, lease_expires_at = " + plus + ", " +
+		"acquired_at = CASE WHEN " + own + " THEN t.acquired_at ELSE s.n END, updated_at = s.n " +
+		"FROM s WHERE t.namespace = $1 AND t.term = s.term AND (s.leader_id IS NULL OR s.leader_id = " + id + " OR s.lease_expires_at <= s.n) " +
+		"RETURNING t.term, t.lease_expires_at, t.acquired_at, t.term <> s.term AS granted), " +
+		"w AS (SELECT * FROM g UNION ALL SELECT * FROM c), " +
+		"h AS (" + insertTerm + "SELECT $1, w.term, " + id + ", " + identity + ", w.acquired_at FROM w WHERE w.granted " + termUpsert(p) + "), " +
+		"x AS (UPDATE election_history AS o SET ended_at = s.lease_expires_at, end_reason = CAST($7 AS text) FROM s, w " +
+		"WHERE w.granted AND o.namespace = $1 AND o.term = s.term AND s.leader_id IS NOT NULL AND o.ended_at IS NULL) "
+	if refresh {
+		q += ", r AS (" + insertCandidate + "SELECT $1, " + id + ", s.n, s.n, " + plus + ", " + identity + " FROM s WHERE true " +
+			p.upsert(candidateKey, candidateRefresh) + ") "
+	}
+	return q + "SELECT s.n, s.term IS NOT NULL OR u.term IS NOT NULL, " +
+		"CASE WHEN s.term IS NULL THEN u.leader_id ELSE s.leader_id END, COALESCE(s.term, u.term), " +
+		"CASE WHEN s.term IS NULL THEN u.lease_expires_at ELSE s.lease_expires_at END, " +
+		"CASE WHEN s.term IS NULL THEN u.acquired_at ELSE s.acquired_at END, " +
+		"w.term, w.lease_expires_at, w.acquired_at, COALESCE(w.granted, false) " +
+		"FROM s LEFT JOIN seen u ON true LEFT JOIN w ON true"
+}
+
+// acquirer runs Acquire's statement.
+func (d postgres) acquirer() Acquirer { return pgAcquirer{d} }
+
+type pgAcquirer struct{ d postgres }
+
+func (a pgAcquirer) Acquire(ctx context.Context, conn gorm.ConnPool, _ *sql.DB, in AcquireArgs) (Acquired, error) {
+	var r acquiredRow
+	q := a.d.Statements().AcquireKept
+	if in.Refresh {
+		q = a.d.Statements().Acquire
+	}
+	err := conn.QueryRowContext(ctx, q, in.Namespace, in.ID, in.Expire.Microseconds(),
+		in.Hostname, in.PID, in.Label, in.Lapsed, in.Lock).Scan(r.dest()...)
+	if err != nil {
+		return Acquired{}, err
+	}
+	return r.result(), nil
+}
+
+// vacater runs VacateNotify, in a caller's transaction too: the
+// notification is then sent when that transaction commits.
+func (d postgres) vacater(bool) Vacater { return pgVacater{d} }
+
+type pgVacater struct{ d postgres }
+
+func (v pgVacater) Vacate(ctx context.Context, conn gorm.ConnPool, _ *sql.DB, in VacateArgs) (bool, func(), error) {
+	res, err := conn.ExecContext(ctx, v.d.Statements().VacateNotify, in.Namespace, in.ID, in.Term, in.Unregister,
+		in.Reason, in.Channel, in.Payload)
+	if err != nil {
+		return false, nil, err
+	}
+	n, err := res.RowsAffected()
+	return n > 0, nil, err
 }
 
 func (postgres) Name() string { return "postgres" }

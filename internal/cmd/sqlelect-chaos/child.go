@@ -54,10 +54,10 @@ const refreshCandidateSQL = "INSERT INTO election_candidates (namespace, candida
 // refresh of such an Elect.
 const refreshGrantSQL = "WITH r AS (" + refreshCandidateSQL
 
-// takeSeatSQL begins the statement by which Elect, on PostgreSQL, takes
-// its locked path in one statement (TakeSeat), refreshing the caller's row
-// unless a Group's rounds keep it.
-const takeSeatSQL = "WITH seat AS ("
+// acquireSQL begins the statement by which Elect, on PostgreSQL, runs in
+// one statement (Acquire), refreshing the caller's row unless a Group's
+// rounds keep it.
+const acquireSQL = "WITH seen AS ("
 
 // event is one line a child writes to its stdout for the parent.
 type event struct {
@@ -162,7 +162,7 @@ func child() error {
 			// A Group's heartbeat refreshes one row per namespace: each
 			// counts as that namespace's round.
 			elections.Add(int64(strings.Count(q, "), (") + 1))
-		case strings.HasPrefix(q, takeSeatSQL):
+		case strings.HasPrefix(q, acquireSQL):
 			// A Group's attempts are not rounds: its rounds count below.
 			if !c.group {
 				elections.Add(1)
