@@ -35,6 +35,7 @@ func TestRoundTripRenewalWithObserver(t *testing.T) {
 	for _, tg := range testdb.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
 			db, c := openCounted(t, tg)
+			want := renewRoundTrips.of(t, tg, db)
 			obs := &snapshotObserver{c: c, snaps: make(chan rtcount.Counts, 1000)}
 			e := mustElection(t, db, testdb.Namespace(t), election.WithObserver(obs))
 			el, err := e.NewElector(uuid.New(), election.ElectorConfig{Interval: 20 * time.Millisecond})
@@ -61,7 +62,6 @@ func TestRoundTripRenewalWithObserver(t *testing.T) {
 			}
 			next() // the first renewal also prunes expired candidates
 			prev := next()
-			want := int64(renewRoundTrips(tg))
 			for i := 0; i < 5; i++ {
 				s := next()
 				if n := s.Sub(prev); n.Total() != want {

@@ -160,18 +160,21 @@ var listenProbeTimeout = time.Second
 
 // Listen watches the notification file of db's database and calls fn with
 // the payload of every line on channel appended after ready. It reads the
-// path with one of db's connections and gives it back: a listener holds no
-// connection. Like PostgreSQL's Listen, it first appends a probe line and
+// path with one of db's connections and gives it back, unless detect read
+// it already: a listener holds no connection. Like PostgreSQL's Listen, it first appends a probe line and
 // waits for it, so that a file system whose changes are not reported (some
 // network and FUSE file systems) makes it return ErrCannotListen rather
 // than listen in vain.
-func (sqlite) Listen(ctx context.Context, db *sql.DB, channel string, ready func(), fn func(string)) error {
+func (d sqlite) Listen(ctx context.Context, db *sql.DB, channel string, ready func(), fn func(string)) error {
 	if !fileWatchSupported {
 		return fmt.Errorf("%w: no file-change notifications on this platform", ErrCannotListen)
 	}
-	path, err := sqliteFile(ctx, db)
-	if err != nil {
-		return err
+	path := d.file
+	if !d.fileKnown {
+		var err error
+		if path, err = sqliteFile(ctx, db); err != nil {
+			return err
+		}
 	}
 	if path == "" {
 		return fmt.Errorf("%w: an in-memory SQLite database is not shared with other processes", ErrCannotListen)
