@@ -416,7 +416,9 @@ const pgUserTimeout = 10 * time.Second
 // connection, made before the route is known, is made in exec mode; when
 // it turns out to reach the server directly, it is closed at once and made
 // again in cache_statement mode (pgBoundedConnector.Connect): one
-// connection more per pool, once.
+// connection more per pool, once. With several hosts in the DSN it is
+// kept in exec mode instead: made again, it would pass over the hosts
+// before its own once more, each for its whole bound.
 //
 // And a connection whose context ends during a call is closed at once.
 // pgx's own way, on a cancelled context, is to send a cancel request over a
@@ -450,7 +452,10 @@ func pgConnector(dsn string) (driver.Connector, error) {
 	if err != nil {
 		return nil, err
 	}
-	route := &pgRoute{modeSet: modeSet}
+	// A multi-host DSN's first connection is not made again: the second
+	// attempt would pass over the same silent or refusing hosts, each for
+	// its whole bound, as the first did.
+	route := &pgRoute{modeSet: modeSet, oneHost: !strings.Contains(pgHosts(pc), ",")}
 	if !modeSet {
 		cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
 	}
@@ -495,6 +500,7 @@ type pgRoute struct {
 	state    atomic.Int32 // routeUnknown, routeDirect or routePooled
 	withheld atomic.Int64 // cancel requests not sent
 	modeSet  bool         // the DSN names the exec mode: the route does not choose it
+	oneHost  bool         // the DSN names one host: the first connection may be made again
 }
 
 const (
@@ -543,7 +549,7 @@ func (c pgBoundedConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	conn, err := c.slots.connect(ctx, func(actx context.Context) (driver.Conn, error) {
 		before := c.route.state.Load()
 		conn, err := c.Connector.Connect(context.WithValue(actx, connectingKey{}, true))
-		if err == nil && !c.route.modeSet && before == routeUnknown && c.route.state.Load() == routeDirect {
+		if err == nil && !c.route.modeSet && c.route.oneHost && before == routeUnknown && c.route.state.Load() == routeDirect {
 			// Made in exec mode before the route was known, to a server
 			// that it reaches directly: made again in cache_statement mode.
 			_ = conn.Close()
