@@ -287,7 +287,7 @@ func runToLeading(ctx context.Context, base *election.Election, ns string) error
 	case <-leading:
 	case err := <-done:
 		cancel()
-		return fmt.Errorf("Run returned before leading: %v", err)
+		return fmt.Errorf("an Elector's Run returned before leading: %v", err)
 	case <-time.After(30 * time.Second):
 		cancel()
 		return fmt.Errorf("not leading after 30s on a free seat")
