@@ -121,6 +121,14 @@ func (e *Election) campaign(ctx context.Context, id uuid.UUID, yield bool, opts 
 	// and never locks a seat another candidate holds live (the contention
 	// rule below), so it needs no reading of the seat beforehand.
 	acquirer := dialect.AcquirerOf(e.d)
+	if e.rowsKept.Load() {
+		// A Group's Election (its rounds keep the candidate's row) keeps
+		// the paths below: with the fast path, the chaos soak's Groups
+		// changed leaders about three times as often (102-111 terms in
+		// 30 s against 29-49) and their rounds stalled, on PostgreSQL and
+		// MariaDB alike; the cause is not found yet.
+		acquirer = nil
+	}
 	if acquirer != nil && !inCallerTx(opts) {
 		l, done, err := e.acquire(ctx, acquirer, id, opts)
 		if err != nil {
