@@ -101,6 +101,10 @@ func benchDatabase(b *testing.B, tg testdb.Target) {
 		b.Run("WithTx", f.guardWithTx)
 		b.Run("TxOnly", f.txOnly)
 	})
+	b.Run("Release", func(b *testing.B) {
+		b.Run("Resign", func(b *testing.B) { f.release(b, false) })
+		b.Run("UnregisterCandidate", func(b *testing.B) { f.release(b, true) })
+	})
 	b.Run("UnregisterRegister", f.unregisterRegister)
 	b.Run("Prune", f.prune)
 }
@@ -454,6 +458,32 @@ func (f *bench) txOnly(b *testing.B) {
 			b.Fatal(tx.Error)
 		}
 		if err := tx.Commit().Error; err != nil {
+			b.Fatal(err)
+		}
+	}
+	m.end()
+}
+
+// release: the leader gives up its lease, by Resign or by
+// UnregisterCandidate (as an Elector's Run does when it returns), each
+// iteration; the grant before it is left out.
+func (f *bench) release(b *testing.B, unregister bool) {
+	e := f.election(b, f.namespace("release"))
+	m := f.begin(b)
+	for i := 0; i < b.N; i++ {
+		m.pause()
+		id := uuid.New()
+		if l, err := e.Elect(f.ctx, id); err != nil || !l.HeldBy(id) {
+			b.Fatalf("Elect: %+v, %v", l, err)
+		}
+		m.resume()
+		var err error
+		if unregister {
+			err = e.UnregisterCandidate(f.ctx, id)
+		} else {
+			err = e.Resign(f.ctx, id)
+		}
+		if err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -38,6 +38,7 @@ func TestRoundTripRenewalWithObserver(t *testing.T) {
 	for _, tg := range testdb.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
 			db, c := openCounted(t, tg)
+			want := renewRoundTrips.of(t, tg, db)
 			obs := &snapshotObserver{c: c, snaps: make(chan rtcount.Counts, 1000)}
 			e := mustElection(t, db, testdb.Namespace(t), election.WithObserver(obs), election.WithExpire(900*time.Millisecond))
 			el, err := e.NewElector(uuid.New(), election.ElectorConfig{Interval: 20 * time.Millisecond})
@@ -64,7 +65,6 @@ func TestRoundTripRenewalWithObserver(t *testing.T) {
 			}
 			next() // the first renewal also prunes expired candidates
 			prev := next()
-			want := int64(renewRoundTrips(tg))
 			for i := 0; i < 4; i++ {
 				s := next()
 				if n := s.Sub(prev); n.Total() != want {

@@ -1,12 +1,15 @@
 package election_test
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"gorm.io/gorm"
 
 	"github.com/sqlelect/sqlelect/election"
+	"github.com/sqlelect/sqlelect/internal/dialect"
 	"github.com/sqlelect/sqlelect/internal/rtcount"
 	"github.com/sqlelect/sqlelect/internal/testdb"
 )
@@ -21,160 +24,266 @@ func openCounted(tb testing.TB, tg testdb.Target) (*gorm.DB, *rtcount.Counter) {
 	return db, c
 }
 
-// Round-trip budgets of Elect (see docs/performance.md).
-const (
-	// a first acquisition on a new namespace by a new Election: an
-	// unlocked read of the seat (a new candidate usually finds it held,
-	// and must not lock it then); then begin, read and lock the seat,
-	// refresh the candidate, create the seat, record the term in the
-	// history, commit
-	maxFirstRoundTrips = 7
-)
+// budget is the most round trips (calls of the driver, on SQLite) of one
+// call of the protocol: on PostgreSQL and MariaDB, which run it as one
+// statement; on SQLite, which runs its writes in one call; and on MySQL
+// and TiDB, which keep their transactions (see docs/performance.md).
+type budget struct{ postgres, mariadb, sqlite, mysql int64 }
 
-// budget is the most round trips of one call: on PostgreSQL, which runs
-// some calls as one statement, and on the other databases.
-type budget struct{ postgres, others int64 }
-
-func (b budget) of(tg testdb.Target) int64 {
-	if tg.Name == "postgres" {
-		return b.postgres
+// fastPath reports whether db's dialect runs Elect and the vacating calls
+// in one round trip (dialect.Acquirer): everywhere but MySQL and TiDB.
+func fastPath(tb testing.TB, db *gorm.DB) bool {
+	tb.Helper()
+	d, err := dialect.For(db)
+	if err != nil {
+		tb.Fatal(err)
 	}
-	return b.others
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if d, err = dialect.Detect(ctx, db, d); err != nil {
+		tb.Fatalf("detecting the dialect: %v", err)
+	}
+	return dialect.AcquirerOf(d) != nil && dialect.VacaterOf(d, false) != nil
+}
+
+func (b budget) of(tb testing.TB, tg testdb.Target, db *gorm.DB) int64 {
+	switch {
+	case tg.Name == "postgres":
+		return b.postgres
+	case tg.Name == "sqlite":
+		return b.sqlite
+	case fastPath(tb, db):
+		return b.mariadb
+	}
+	return b.mysql
 }
 
 var (
-	// takeoverRoundTrips: a takeover of a lapsed lease is the first
-	// acquisition's 6, with the grant in place of the insert, and the old
-	// term's end in the history (the new leader prunes later, on a
-	// renewal); on PostgreSQL one statement (TakeSeat) does all of it,
-	// after the unlocked read a candidate that last saw another's lease
-	// makes first.
-	takeoverRoundTrips = budget{postgres: 2, others: 7}
-	// handoffRoundTrips: taking a seat its leader vacated is begin, read
-	// and lock the seat, refresh the candidate, grant the seat, record the
-	// term, commit; on PostgreSQL one statement, after an unlocked read
-	// when the candidate last saw the leader's lease (a candidate woken by
-	// the handoff goes straight to it).
-	handoffRoundTrips = budget{postgres: 2, others: 6}
-	// vacateRoundTrips: a leader's UnregisterCandidate is begin, the
-	// seat's clearing, the row's deletion, the term's end, the
-	// notification where it is a statement (MySQL), commit; on PostgreSQL
-	// one statement does all of it.
-	vacateRoundTrips = budget{postgres: 1, others: 6}
+	// acquireRoundTrips: Elect taking a free seat (a new namespace, a
+	// vacant seat, a lapsed lease) whether or not the Election has read
+	// the seat before; and a candidate's Elect while another holds a live
+	// lease (no lock, its own row refreshed). PostgreSQL and MariaDB: one
+	// statement. SQLite: the unlocked read, then the writes from BEGIN
+	// IMMEDIATE to COMMIT in one call (or the follower's refresh). MySQL
+	// and TiDB: the unlocked read, begin, the locking read, the
+	// candidate's row, the seat, the history (and a lapsed term's end),
+	// commit.
+	acquireRoundTrips = budget{postgres: 1, mariadb: 1, sqlite: 2, mysql: 7}
+	// followerRoundTrips: Elect while another candidate's lease is live.
+	followerRoundTrips = budget{postgres: 1, mariadb: 1, sqlite: 2, mysql: 2}
+	// renewRoundTrips is exact: the leader's renewal through the Election
+	// that granted its lease is one guarded statement that also refreshes
+	// its candidate row (SQLite: two statements, each its own commit). It
+	// writes nothing to the history.
+	renewRoundTrips = budget{postgres: 1, mariadb: 1, sqlite: 1 + 1, mysql: 1}
+	// vacateRoundTrips: a leader's Resign or UnregisterCandidate, the
+	// wake-up of other processes' candidates done after it (the MySQL
+	// family's KILL QUERY from other connections, SQLite's line in a
+	// file). PostgreSQL (its NOTIFY in the statement), MariaDB and
+	// SQLite: one call. MySQL and TiDB: begin, the seat, the candidate's
+	// row, the term's end, the listeners' lookup, commit.
+	vacateRoundTrips = budget{postgres: 1, mariadb: 1, sqlite: 1, mysql: 6}
 )
 
-// renewRoundTrips is the exact number of round trips of a renewal by the
-// leader through the same Election: one guarded statement that also
-// refreshes the candidate row on PostgreSQL and MySQL; the two statements
-// on SQLite. It writes nothing to the history.
-func renewRoundTrips(tg testdb.Target) int {
-	if tg.Name == "sqlite" {
-		return 2
-	}
-	return 1
+// counted runs call and returns the round trips it made on c.
+func counted(t *testing.T, c *rtcount.Counter, call func()) rtcount.Counts {
+	t.Helper()
+	before := c.Snapshot()
+	call()
+	return c.Snapshot().Sub(before)
 }
 
-// TestRoundTripElect counts the round trips of Elect's first acquisition and
-// of a renewal on every database, so that an extra statement on these paths
-// fails here rather than only showing in a benchmark.
+// roundTrips checks counts of calls against their budgets. In the pool's
+// first pass over the calls (warm), which may prepare statements (SQLite)
+// and opens the connection, it only logs them; afterwards it fails the
+// test when a call is over its budget or prepares a statement.
+type roundTrips struct {
+	t    *testing.T
+	warm bool
+}
+
+func (r roundTrips) within(what string, n rtcount.Counts, most int64) {
+	r.t.Helper()
+	if r.warm {
+		r.t.Logf("%s, on the pool's first pass: %d round trips (%v)", what, n.Total(), n)
+		return
+	}
+	if n.Total() > most {
+		r.t.Errorf("%s made %d round trips (%v), want at most %d", what, n.Total(), n, most)
+	}
+	if n[rtcount.Prepare] > 0 {
+		r.t.Errorf("%s prepared %d statements (%v) on a pool that had run them", what, n[rtcount.Prepare], n)
+	}
+	r.t.Logf("%s: %d round trips (%v)", what, n.Total(), n)
+}
+
+// yesNo names the variants of a call in messages.
+func yesNo(b bool) string { return map[bool]string{false: "no", true: "yes"}[b] }
+
+// TestRoundTripElect pins the round trips of Elect and of the vacating
+// calls on every database, so that an extra statement on these paths fails
+// here rather than only showing in a benchmark: a free seat taken (a new
+// namespace, a vacant seat, a lapsed lease) by a new Election, as an
+// Elector's first round is, and by one that read the seat before; a
+// follower; the leader's renewal; Resign and UnregisterCandidate. The
+// calls run twice on one pool: the first pass (the pool's first use of
+// each statement, which may prepare it) is only logged, and the second
+// must keep the budgets without preparing anything.
 func TestRoundTripElect(t *testing.T) {
 	for _, tg := range testdb.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
 			ctx := testCtx(t)
 			db, c := openCounted(t, tg)
+			acquire, follower := acquireRoundTrips.of(t, tg, db), followerRoundTrips.of(t, tg, db)
+			renew, vacate := renewRoundTrips.of(t, tg, db), vacateRoundTrips.of(t, tg, db)
+			for pass, warm := range []bool{true, false} {
+				ns := testdb.Namespace(t) + "." + []string{"warm", "counted"}[pass]
+				r := roundTrips{t: t, warm: warm}
+
+				// A new namespace, by a new Election (an Elector's first
+				// round) and by one that read the seat first.
+				for _, read := range []bool{false, true} {
+					e := mustElection(t, db, ns+".new."+yesNo(read))
+					if read {
+						if l, err := e.Leader(ctx); err != nil || !l.Vacant() {
+							t.Fatalf("Leader of a new namespace: %+v, %v", l, err)
+						}
+					}
+					id := uuid.New()
+					var l election.Lease
+					n := counted(t, c, func() { l = mustElect(t, e, id) })
+					if !l.HeldBy(id) || l.Term != 1 {
+						t.Fatalf("first Elect gave %+v, want %s in term 1", l, id)
+					}
+					r.within("a new namespace's first acquisition (seat read first: "+yesNo(read)+")", n, acquire)
+				}
+
+				// The leader's renewal, exactly; a follower's Elect.
+				e := mustElection(t, db, ns+".renew")
+				leader := uuid.New()
+				granted := mustElect(t, e, leader)
+				mustElect(t, e, leader) // a leader prunes on a renewal, at most every five expiry windows
+				for i := 0; i < 3; i++ {
+					var l election.Lease
+					n := counted(t, c, func() { l = mustElect(t, e, leader) })
+					if !l.HeldBy(leader) || l.Term != granted.Term || l.ExpiresAt.Before(granted.ExpiresAt) {
+						// Not Before rather than After: SQLite's clock ticks in
+						// milliseconds.
+						t.Fatalf("renewal gave %+v after %+v, want the same term, expiring no earlier", l, granted)
+					}
+					if !warm && n.Total() != renew {
+						t.Errorf("renewal made %d round trips (%v), want %d", n.Total(), n, renew)
+					}
+				}
+				for _, fresh := range []bool{true, false} {
+					f := e
+					if fresh {
+						f = mustElection(t, db, ns+".renew")
+					}
+					var l election.Lease
+					n := counted(t, c, func() { l = mustElect(t, f, uuid.New()) })
+					if !l.HeldBy(leader) {
+						t.Fatalf("follower's Elect gave %+v, want %s leading", l, leader)
+					}
+					r.within("a follower's Elect (new Election: "+yesNo(fresh)+")", n, follower)
+				}
+
+				// Resign: the seat vacant, taken by a new Election and by one
+				// that read it vacant; UnregisterCandidate of the leader.
+				for _, read := range []bool{false, true} {
+					n := counted(t, c, func() {
+						if err := e.Resign(ctx, leader); err != nil {
+							t.Fatalf("Resign: %v", err)
+						}
+					})
+					r.within("the leader's Resign", n, vacate)
+					next := mustElection(t, db, ns+".renew")
+					if read {
+						if l, err := next.Leader(ctx); err != nil || !l.Vacant() {
+							t.Fatalf("Leader after Resign: %+v, %v", l, err)
+						}
+					}
+					leader = uuid.New()
+					var l election.Lease
+					n = counted(t, c, func() { l = mustElect(t, next, leader) })
+					if !l.HeldBy(leader) {
+						t.Fatalf("Elect after Resign gave %+v, want %s leading", l, leader)
+					}
+					r.within("taking a vacant seat (seat read first: "+yesNo(read)+")", n, acquire)
+					e = next
+				}
+				n := counted(t, c, func() {
+					if err := e.UnregisterCandidate(ctx, leader); err != nil {
+						t.Fatalf("UnregisterCandidate: %v", err)
+					}
+				})
+				r.within("the leader's UnregisterCandidate", n, vacate)
+				if l, err := e.Leader(ctx); err != nil || !l.Vacant() {
+					t.Fatalf("Leader after UnregisterCandidate: %+v, %v", l, err)
+				}
+
+				// A lapsed lease taken over, by a new Election and by one
+				// that last saw it live; the old term ends in the history.
+				for _, read := range []bool{false, true} {
+					short := mustElection(t, db, ns+".lapse."+yesNo(read), election.WithExpire(shortExpire))
+					old := mustElect(t, short, uuid.New())
+					taker := short
+					if !read {
+						taker = mustElection(t, db, short.Namespace(), election.WithExpire(shortExpire))
+					}
+					waitSeatVacant(t, ctx, mustElection(t, db, short.Namespace()))
+					id := uuid.New()
+					var l election.Lease
+					n := counted(t, c, func() { l = mustElect(t, taker, id) })
+					if !l.HeldBy(id) || l.Term != old.Term+1 {
+						t.Fatalf("takeover gave %+v after %+v, want %s in the next term", l, old, id)
+					}
+					r.within("a takeover after expiry (seat last seen live: "+yesNo(read)+")", n, acquire)
+					h, err := short.History(ctx, 2)
+					if err != nil || len(h) != 2 || h[1].EndReason != election.EndExpired || !h[1].EndedAt.Equal(old.ExpiresAt) {
+						t.Fatalf("history after the takeover: %+v, %v; want the lapsed term ended as expired at %v", h, err, old.ExpiresAt)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestRoundTripElectorFirstRound: an Elector's first round on a free seat,
+// from Run to leading, on a pool of one connection (which does not
+// listen for handoffs), is one Elect.
+func TestRoundTripElectorFirstRound(t *testing.T) {
+	for _, tg := range testdb.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			db, c := openCounted(t, tg)
+			most := acquireRoundTrips.of(t, tg, db)
+			mustElect(t, mustElection(t, db, testdb.Namespace(t)+".warm"), uuid.New()) // the pool's first use
 			e := mustElection(t, db, testdb.Namespace(t))
-			id := uuid.New()
-			// The Election's first call outside a transaction prepares its
-			// statements where that pays (SQLite): once per Election, not
-			// per call, so it is left out of the count.
-			if _, err := e.ListCandidates(ctx); err != nil {
-				t.Fatalf("ListCandidates: %v", err)
+			leading := make(chan rtcount.Counts, 1)
+			el, err := e.NewElector(uuid.New(), election.ElectorConfig{
+				OnStartedLeading: func(context.Context, election.Lease) { leading <- c.Snapshot() },
+			})
+			if err != nil {
+				t.Fatal(err)
 			}
-
+			ctx, cancel := context.WithCancel(testCtx(t))
+			done := make(chan error, 1)
 			before := c.Snapshot()
-			first, err := e.Elect(ctx, id)
-			if err != nil {
-				t.Fatalf("first Elect: %v", err)
+			go func() { done <- el.Run(ctx) }()
+			var n rtcount.Counts
+			select {
+			case snap := <-leading:
+				n = snap.Sub(before)
+			case err := <-done:
+				t.Fatalf("Run returned before leading: %v", err)
+			case <-time.After(30 * time.Second):
+				t.Fatal("not leading after 30s on a free seat")
 			}
-			n := c.Snapshot().Sub(before)
-			if !first.HeldBy(id) || first.Term != 1 {
-				t.Fatalf("first Elect gave %+v, want %s leading in term 1", first, id)
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatalf("Run: %v", err)
 			}
-			if n.Total() > maxFirstRoundTrips {
-				t.Errorf("first acquisition made %d round trips (%v), want at most %d", n.Total(), n, maxFirstRoundTrips)
-			}
-			t.Logf("first acquisition: %d round trips (%v)", n.Total(), n)
-
-			// The first renewal also prunes expired candidates, which the
-			// leader does at most every five expiry windows; the renewals
-			// after it are the steady state.
-			if _, err := e.Elect(ctx, id); err != nil {
-				t.Fatalf("first renewal: %v", err)
-			}
-			for i := 0; i < 3; i++ {
-				before = c.Snapshot()
-				renewed, err := e.Elect(ctx, id)
-				if err != nil {
-					t.Fatalf("renewal: %v", err)
-				}
-				n = c.Snapshot().Sub(before)
-				if !renewed.HeldBy(id) || renewed.Term != first.Term || renewed.ExpiresAt.Before(first.ExpiresAt) {
-					// Not Before rather than After: SQLite's clock ticks in
-					// milliseconds.
-					t.Fatalf("renewal gave %+v after %+v, want the same term, expiring no earlier", renewed, first)
-				}
-				if want := renewRoundTrips(tg); n.Total() != int64(want) {
-					t.Errorf("renewal made %d round trips (%v), want %d", n.Total(), n, want)
-				}
-			}
-			t.Logf("renewal: %d round trips (%v)", n.Total(), n)
-
-			// A takeover after expiry also records the old term's end.
-			short := mustElection(t, db, testdb.Namespace(t), election.WithExpire(shortExpire))
-			old := uuid.New()
-			if _, err := short.Elect(ctx, old); err != nil {
-				t.Fatalf("Elect: %v", err)
-			}
-			waitSeatVacant(t, ctx, short)
-			before = c.Snapshot()
-			taken, err := short.Elect(ctx, id)
-			if err != nil {
-				t.Fatalf("takeover: %v", err)
-			}
-			n = c.Snapshot().Sub(before)
-			if !taken.HeldBy(id) || taken.Term != 2 {
-				t.Fatalf("takeover gave %+v, want %s in term 2", taken, id)
-			}
-			if want := takeoverRoundTrips.of(tg); n.Total() > want {
-				t.Errorf("takeover made %d round trips (%v), want at most %d", n.Total(), n, want)
-			}
-			t.Logf("takeover after expiry: %d round trips (%v)", n.Total(), n)
-
-			// A handoff: the leader vacates the seat, which is taken by the
-			// candidate it wakes.
-			before = c.Snapshot()
-			if err := short.UnregisterCandidate(ctx, id); err != nil {
-				t.Fatalf("UnregisterCandidate: %v", err)
-			}
-			n = c.Snapshot().Sub(before)
-			if want := vacateRoundTrips.of(tg); n.Total() > want {
-				t.Errorf("vacating the seat made %d round trips (%v), want at most %d", n.Total(), n, want)
-			}
-			t.Logf("vacating the seat: %d round trips (%v)", n.Total(), n)
-			next := uuid.New()
-			before = c.Snapshot()
-			handed, err := short.Elect(ctx, next)
-			if err != nil {
-				t.Fatalf("Elect after the handoff: %v", err)
-			}
-			n = c.Snapshot().Sub(before)
-			if !handed.HeldBy(next) || handed.Term != 3 {
-				t.Fatalf("Elect after the handoff gave %+v, want %s in term 3", handed, next)
-			}
-			if want := handoffRoundTrips.of(tg); n.Total() > want {
-				t.Errorf("taking a vacated seat made %d round trips (%v), want at most %d", n.Total(), n, want)
-			}
-			t.Logf("taking a vacated seat: %d round trips (%v)", n.Total(), n)
+			roundTrips{t: t}.within("an Elector's first round", n, most)
 		})
 	}
 }

@@ -31,7 +31,6 @@ func (s seat) live() bool { return s.leader != uuid.Nil && s.expires.After(s.now
 // decides.
 type seatHint struct {
 	read   bool // the seat was read (or a handoff said it is changing hands)
-	noRow  bool // the reading found no leader row
 	leader uuid.UUID
 	ends   time.Time
 }
@@ -39,7 +38,7 @@ type seatHint struct {
 // noteSeat records what a reading of the seat, sent at local time sent,
 // showed.
 func (e *Election) noteSeat(s seat, sent time.Time) {
-	h := seatHint{read: true, noRow: !s.exists}
+	h := seatHint{read: true}
 	if s.live() {
 		left := s.expires.Sub(s.now)
 		h = seatHint{read: true, leader: s.leader, ends: sent.Add(left)}
@@ -79,15 +78,6 @@ func (e *Election) heldByAnother(id uuid.UUID) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return !e.seen.read || (e.seen.leader != uuid.Nil && e.seen.leader != id)
-}
-
-// seatRowSeen reports whether the last reading of the seat found its
-// leader row (a handoff's wake-up counts as one): Elect's locked path can
-// then be TakeSeat's one statement, which cannot create the row.
-func (e *Election) seatRowSeen() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.seen.read && !e.seen.noRow
 }
 
 // readSeat reads the leader row with the given lock, and the database

@@ -10,20 +10,56 @@ import (
 	"gorm.io/gorm"
 )
 
-// stmtCache keeps the Election's statements prepared on its pool. SQLite
-// compiles a statement on every call that is not prepared, and for the short
-// statements of the protocol compiling costs more than running them.
-// database/sql prepares each statement once per connection, re-prepares it on
-// new connections, and closes the driver's statements with the pool.
+// stmtCache keeps the Elections' statements prepared on their pool. SQLite
+// compiles a statement on every call that is not prepared, and for the
+// short statements of the protocol compiling costs more than running them.
+// database/sql prepares each statement once per connection, re-prepares it
+// on new connections, and closes the driver's statements with the pool.
+//
+// One cache serves every Election on a pool (poolStmts), so that a new
+// Election, an Elector's first round, finds the statements the pool has
+// run prepared already. Each statement is prepared the first time it runs
+// outside a transaction; the cache closes its statements when the last
+// Election using it is garbage.
 type stmtCache struct {
-	db     *sql.DB
-	mu     sync.Mutex
-	stmts  map[string]*sql.Stmt
-	warmed bool
+	db    *sql.DB
+	mu    sync.Mutex
+	stmts map[string]*sql.Stmt
+	refs  int // the Elections using the cache; guarded by poolStmts
 }
 
-func newStmtCache(db *sql.DB) *stmtCache {
-	return &stmtCache{db: db, stmts: map[string]*sql.Stmt{}}
+// poolStmts is the cache of each pool that Elections use.
+var poolStmts = struct {
+	sync.Mutex
+	m map[*sql.DB]*stmtCache
+}{m: map[*sql.DB]*stmtCache{}}
+
+// sharedStmtCache returns db's cache, counting one more Election using it.
+func sharedStmtCache(db *sql.DB) *stmtCache {
+	poolStmts.Lock()
+	defer poolStmts.Unlock()
+	c := poolStmts.m[db]
+	if c == nil {
+		c = &stmtCache{db: db, stmts: map[string]*sql.Stmt{}}
+		poolStmts.m[db] = c
+	}
+	c.refs++
+	return c
+}
+
+// release counts one Election less using c; the last closes the
+// statements.
+func (c *stmtCache) release() {
+	poolStmts.Lock()
+	c.refs--
+	last := c.refs == 0
+	if last && poolStmts.m[c.db] == c {
+		delete(poolStmts.m, c.db)
+	}
+	poolStmts.Unlock()
+	if last {
+		c.close()
+	}
 }
 
 // get returns the statement for query, preparing it on the pool if prepare
@@ -54,26 +90,6 @@ func (c *stmtCache) get(ctx context.Context, query string, prepare bool) (*sql.S
 	}
 	c.stmts[query] = s
 	return s, nil
-}
-
-// warm prepares queries once, outside any transaction, so that the
-// statements of Elect's transaction are cached too. It tries again on a
-// later call when a statement cannot be prepared yet (tables missing).
-func (c *stmtCache) warm(ctx context.Context, queries []string) {
-	c.mu.Lock()
-	done := c.warmed
-	c.mu.Unlock()
-	if done {
-		return
-	}
-	for _, q := range queries {
-		if _, err := c.get(ctx, q, true); err != nil {
-			return
-		}
-	}
-	c.mu.Lock()
-	c.warmed = true
-	c.mu.Unlock()
 }
 
 var errNotCached = errors.New("statement not cached")
@@ -141,16 +157,16 @@ func (cc cachedConn) QueryRowContext(ctx context.Context, query string, args ...
 	return cc.plain().QueryRowContext(ctx, query, args...)
 }
 
-// useStmtCache routes the Election's own statements through a cache when
-// its dialect gains from it and its pool is a *sql.DB. The statements are
-// closed when the Election is garbage.
+// useStmtCache routes the Election's own statements through its pool's
+// cache when its dialect gains from it and its pool is a *sql.DB. The
+// Election stops using the cache when it is garbage.
 func (e *Election) useStmtCache() {
 	db, ok := e.db.Statement.ConnPool.(*sql.DB)
 	if !ok || !e.d.CacheStatements() {
 		return
 	}
-	e.stmts = newStmtCache(db)
-	runtime.SetFinalizer(e, func(e *Election) { e.stmts.close() })
+	e.stmts = sharedStmtCache(db)
+	runtime.SetFinalizer(e, func(e *Election) { e.stmts.release() })
 }
 
 // conn returns the connection for a call outside the caller's transaction:
@@ -163,7 +179,6 @@ func (e *Election) conn(tx gorm.ConnPool) gorm.ConnPool {
 		return e.db.Statement.ConnPool
 	}
 	if tx == nil {
-		e.stmts.warm(context.Background(), e.q.All())
 		return cachedConn{c: e.stmts}
 	}
 	if sqlTx, ok := tx.(*sql.Tx); ok {

@@ -65,8 +65,10 @@ const pingTimeout = 10 * time.Second
 // port and never show the password.
 //
 // Open applies what each database needs and leaves everything else as given:
-// PostgreSQL sessions in UTC, statements in pgx's exec mode (no named
-// prepared statements, so that transaction poolers such as PgBouncer work),
+// PostgreSQL sessions in UTC, statements prepared once per connection when
+// the server is reached directly and in pgx's exec mode behind a pooler (no
+// named prepared statements, so that transaction poolers such as PgBouncer
+// work),
 // each host's connection attempt bounded (unless the DSN sets
 // connect_timeout) by 5 s, or a tenth of the expiry window for the calls of
 // package election, TCP keepalives and TCP_USER_TIMEOUT, and connections to

@@ -34,7 +34,10 @@ import (
 // certification at commit only compares the rows each transaction wrote.
 // So the guard writes the seat row (Fence), and migrations tolerate
 // another node applying the same version at the same time.
-type mysql struct{ tidb, galera bool }
+//
+// compound is set for MariaDB, which runs anonymous compound statements:
+// Elect and the vacating calls are then one round trip each (mariadb.go).
+type mysql struct{ tidb, galera, compound bool }
 
 var _ Dialect = mysql{}
 
@@ -67,10 +70,11 @@ func Galera(d Dialect) bool {
 
 // detect tells TiDB from MySQL and MariaDB by a variable only TiDB has,
 // tidb_txn_mode (VERSION() is whatever TiDB's server-version setting makes
-// it), and a Galera node by wsrep_on.
+// it), a Galera node by wsrep_on, and MariaDB by its version and a compound
+// statement (detectCompound).
 func (d mysql) detect(ctx context.Context, db *gorm.DB) (Dialect, error) {
 	vars, err := showVariables(func() (*sql.Rows, error) {
-		return db.WithContext(ctx).Raw("SHOW GLOBAL VARIABLES WHERE Variable_name IN ('tidb_txn_mode', 'wsrep_on')").Rows()
+		return db.WithContext(ctx).Raw("SHOW GLOBAL VARIABLES WHERE Variable_name IN ('tidb_txn_mode', 'wsrep_on', 'version')").Rows()
 	})
 	if err != nil {
 		return nil, err
@@ -78,7 +82,7 @@ func (d mysql) detect(ctx context.Context, db *gorm.DB) (Dialect, error) {
 	if _, ok := vars["tidb_txn_mode"]; ok {
 		return mysql{tidb: true}, nil
 	}
-	return mysql{galera: strings.EqualFold(vars["wsrep_on"], "ON")}, nil
+	return mysql{galera: strings.EqualFold(vars["wsrep_on"], "ON"), compound: detectCompound(ctx, db, vars["version"])}, nil
 }
 
 // showVariables reads the name and value columns of a SHOW VARIABLES that

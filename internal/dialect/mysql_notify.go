@@ -255,35 +255,43 @@ func (d mysql) listeners(ctx context.Context, conn interface {
 		}
 		return srv, hs, rows.Err()
 	}
-	rows, err := conn.QueryContext(ctx, myUsedSQL(), name)
+	var hs []myHolder
+	err := scanSlots(func() (*sql.Rows, error) { return conn.QueryContext(ctx, myUsedSQL(), name) }, nil, &srv, &hs)
+	return srv, hs, err
+}
+
+// scanSlots runs query, which yields one row: the columns of extra, then
+// those of myUsedSQL (the connection id, the server, the holder of every
+// slot), and returns in srv and hs the server and the listeners found.
+func scanSlots(query func() (*sql.Rows, error), extra []any, srv *myServer, hs *[]myHolder) error {
+	rows, err := query()
 	if err != nil {
-		return srv, nil, err
+		return err
 	}
 	defer rows.Close()
 	if !rows.Next() {
 		if err := rows.Err(); err != nil {
-			return srv, nil, err
+			return err
 		}
-		return srv, nil, errors.New("mysql notification: no row")
+		return errors.New("mysql notification: no row")
 	}
 	var (
 		self  int64
 		slots = make([]sql.NullInt64, mySlotCount)
-		dest  = append([]any{&self}, srv.dest()...)
+		dest  = append(append(extra[:len(extra):len(extra)], &self), srv.dest()...)
 	)
 	for i := range slots {
 		dest = append(dest, &slots[i])
 	}
 	if err := rows.Scan(dest...); err != nil {
-		return srv, nil, err
+		return err
 	}
-	var hs []myHolder
 	for i, s := range slots {
 		if s.Valid && s.Int64 != 0 {
-			hs = append(hs, myHolder{id: s.Int64, slot: i})
+			*hs = append(*hs, myHolder{id: s.Int64, slot: i})
 		}
 	}
-	return srv, hs, rows.Err()
+	return rows.Close()
 }
 
 // Notify interrupts the waits of the listeners of channel in other
@@ -310,13 +318,7 @@ func (d mysql) Notify(ctx context.Context, conn gorm.ConnPool, channel, payload 
 	if err != nil {
 		return nil
 	}
-	local := myDeliver(srv, payload)
-	var remote []myHolder
-	for _, h := range holders {
-		if !slices.Contains(local, h) {
-			remote = append(remote, h)
-		}
-	}
+	remote := deliverLocal(srv, holders, payload)
 	if len(remote) == 0 {
 		return nil
 	}
@@ -331,6 +333,40 @@ func (d mysql) Notify(ctx context.Context, conn gorm.ConnPool, channel, payload 
 		_, _ = conn.ExecContext(ctx, "KILL QUERY "+strconv.FormatInt(h.id, 10))
 	}
 	return nil
+}
+
+// deliverLocal hands payload to this process's listeners of srv and
+// returns the holders that are not this process's.
+func deliverLocal(srv myServer, holders []myHolder, payload string) []myHolder {
+	local := myDeliver(srv, payload)
+	var remote []myHolder
+	for _, h := range holders {
+		if !slices.Contains(local, h) {
+			remote = append(remote, h)
+		}
+	}
+	return remote
+}
+
+// wake is Notify after a vacating statement that has committed and read
+// the listeners of name on srv (holders): it hands payload to this
+// process's listeners and interrupts the others' waits from other
+// goroutines, through the pool that listened on srv or else through pool
+// (each KILL sent only once the connection it goes through is found on
+// srv, with the listener still in its slot: killVerified), and returns
+// once they are sent, within myKillWait.
+func (d mysql) wake(ctx context.Context, pool *sql.DB, name string, srv myServer, holders []myHolder, payload string) {
+	remote := deliverLocal(srv, holders, payload)
+	if len(remote) == 0 {
+		return
+	}
+	if p := myKillPool(srv); p != nil {
+		pool = p
+	}
+	if pool == nil {
+		return
+	}
+	d.startKills(ctx, pool, name, srv, remote)()
 }
 
 // myKillPools are the pools through which this process has listened, by

@@ -19,7 +19,15 @@ import (
 // lock. Timestamps are stored
 // as fixed-width UTC text with six fractional digits, so that comparing them
 // as text orders them in time; the clock itself ticks in milliseconds.
-type sqlite struct{}
+//
+// multi is set when the driver runs several statements in one call, and
+// file is the path of the database's file ("" in memory) when fileKnown:
+// both found by detect on the Election's pool (sqlite_fast.go).
+type sqlite struct {
+	multi     bool
+	file      string
+	fileKnown bool
+}
 
 var _ Dialect = sqlite{}
 

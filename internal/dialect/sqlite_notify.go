@@ -54,16 +54,22 @@ func (sqlite) HoldsListenConn() bool { return false }
 // An in-memory database has no file and no other process to tell: Notify
 // then does nothing. So does a platform without file-change notifications.
 // It fails only when the database cannot say where its file is.
-func (sqlite) Notify(ctx context.Context, conn gorm.ConnPool, channel, payload string) error {
+func (d sqlite) Notify(ctx context.Context, conn gorm.ConnPool, channel, payload string) error {
 	if !fileWatchSupported {
 		return nil
 	}
 	if channel == "" || strings.ContainsAny(channel, " \n") {
 		return fmt.Errorf("sqlite notification: the channel %q is empty or contains a space or a newline", channel)
 	}
-	path, err := sqliteFile(ctx, conn)
-	if err != nil || path == "" {
-		return err
+	path := d.file
+	if !d.fileKnown {
+		var err error
+		if path, err = sqliteFile(ctx, conn); err != nil {
+			return err
+		}
+	}
+	if path == "" {
+		return nil
 	}
 	// A hint that cannot be written (a directory this process may not
 	// write, a file another user created) must not undo the transaction
@@ -74,6 +80,16 @@ func (sqlite) Notify(ctx context.Context, conn gorm.ConnPool, channel, payload s
 		write()
 	}
 	return nil
+}
+
+// notifyFile is Notify after a vacating transaction that has committed, on
+// a database whose file detect read: the line is appended at once. A line
+// that cannot be written is dropped, as Notify drops it.
+func (d sqlite) notifyFile(channel, payload string) {
+	if !fileWatchSupported || d.file == "" || channel == "" || strings.ContainsAny(channel, " \n") {
+		return
+	}
+	_ = appendHandoff(d.file+handoffSuffix, fileMode(d.file), handoffLine(channel, payload))
 }
 
 // handoffLine is the line of one notification: the channel, a space, and
@@ -144,18 +160,21 @@ var listenProbeTimeout = time.Second
 
 // Listen watches the notification file of db's database and calls fn with
 // the payload of every line on channel appended after ready. It reads the
-// path with one of db's connections and gives it back: a listener holds no
-// connection. Like PostgreSQL's Listen, it first appends a probe line and
+// path with one of db's connections and gives it back, unless detect read
+// it already: a listener holds no connection. Like PostgreSQL's Listen, it first appends a probe line and
 // waits for it, so that a file system whose changes are not reported (some
 // network and FUSE file systems) makes it return ErrCannotListen rather
 // than listen in vain.
-func (sqlite) Listen(ctx context.Context, db *sql.DB, channel string, ready func(), fn func(string)) error {
+func (d sqlite) Listen(ctx context.Context, db *sql.DB, channel string, ready func(), fn func(string)) error {
 	if !fileWatchSupported {
 		return fmt.Errorf("%w: no file-change notifications on this platform", ErrCannotListen)
 	}
-	path, err := sqliteFile(ctx, db)
-	if err != nil {
-		return err
+	path := d.file
+	if !d.fileKnown {
+		var err error
+		if path, err = sqliteFile(ctx, db); err != nil {
+			return err
+		}
 	}
 	if path == "" {
 		return fmt.Errorf("%w: an in-memory SQLite database is not shared with other processes", ErrCannotListen)

@@ -103,19 +103,22 @@ type Statements struct {
 	// row, end reason, channel, payload. It reports one row affected when
 	// the seat was vacated, none otherwise.
 	VacateNotify string
-	// TakeSeat is Elect's locked path in one statement, where the database
-	// can run it as one (PostgreSQL); empty elsewhere. It locks the leader
-	// row, reads the clock after the lock, refreshes the candidate row
-	// (when the bound flag says so) and, when the seat is vacant or its
-	// lease has expired, grants it in the next term, ends the lapsed term
-	// in the history as expired and records the new one. Parameters:
-	// namespace, candidate id, expiry window (a duration), whether to
-	// refresh the candidate row, hostname, pid, label, the end reason of a
-	// lapsed term. It yields no row when the namespace has no leader row,
-	// else one: db_now, then the seat as locked (leader_id, term,
-	// lease_expires_at, acquired_at), then the new term and its lease's
-	// end, both NULL when nothing was granted.
-	TakeSeat string
+	// Acquire is the whole of Elect outside a caller's transaction in one
+	// statement, where the database can run it as one (PostgreSQL: see
+	// Acquirer), refreshing the candidate's row; empty elsewhere.
+	// Parameters: namespace, candidate id, expiry window (a duration),
+	// hostname, pid, label, the end reason of a lapsed term, whether to
+	// lock the seat whatever the unlocked reading shows. It yields one
+	// row: db_now; the seat before the statement wrote it, as locked when
+	// it was locked, else as read without a lock (whether the row exists,
+	// leader_id, term, lease_expires_at, acquired_at); then the term the
+	// candidate holds after the statement, its lease's end and its grant
+	// time (NULL when it holds nothing), and whether it was granted by the
+	// statement.
+	Acquire string
+	// AcquireKept is Acquire without the candidate row's refresh, for a
+	// Group's Election whose rounds keep the row.
+	AcquireKept string
 	// SelectLeader, indexed by Lock, reads the leader row with that lock:
 	// namespace. It yields exactly one row: db_now, leader_id, term,
 	// lease_expires_at, acquired_at. The leader columns are NULL when the
@@ -123,21 +126,6 @@ type Statements struct {
 	// UpdateLock, a dialect without row locks may create the missing row,
 	// vacant with term 0, to take its lock.
 	SelectLeader [3]string
-}
-
-// All lists the statements the protocol runs (every one but Clock and the
-// read-only calls of operators: Candidates, History, Namespaces), for preparing them
-// ahead.
-func (s *Statements) All() []string {
-	all := append([]string{s.UpsertNow, s.UpsertAt, s.InsertLeader, s.KeepLease, s.Grant, s.Vacate, s.VacateTerm,
-		s.DeleteCandidate, s.IsLeader, s.List, s.Expired, s.Prune, s.LeaderIdentity, s.InsertTerm, s.EndTerm,
-		s.EndHeld, s.PruneHistory}, s.SelectLeader[:]...)
-	for _, q := range []string{s.GrantTerm, s.RefreshGrantTerm, s.VacateNotify, s.TakeSeat} {
-		if q != "" {
-			all = append(all, q)
-		}
-	}
-	return all
 }
 
 // pieces are what a database's file supplies for the statements: the parts

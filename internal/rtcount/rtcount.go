@@ -84,6 +84,17 @@ type Counter struct {
 	// ping and prepared statements' executions, which carry the text they
 	// were prepared with).
 	Observe func(k Kind, query string)
+	// Before, when set before Wrap, is called synchronously before a
+	// statement run on a connection without preparing it (Exec, Query) is
+	// handed to the driver, with its kind and text: the place for a test
+	// to make something happen between two statements of a call.
+	Before func(k Kind, query string)
+}
+
+func (c *Counter) before(k Kind, query string) {
+	if c.Before != nil {
+		c.Before(k, query)
+	}
 }
 
 // Wrap returns a connector that opens inner's connections and counts their
@@ -281,6 +292,7 @@ func (w *conn) ExecContext(ctx context.Context, query string, args []driver.Name
 		res driver.Result
 		err error
 	)
+	w.c.before(Exec, query)
 	switch x := w.inner.(type) {
 	case driver.ExecerContext:
 		res, err = x.ExecContext(ctx, query, args)
@@ -309,6 +321,7 @@ func (w *conn) QueryContext(ctx context.Context, query string, args []driver.Nam
 		rows driver.Rows
 		err  error
 	)
+	w.c.before(Query, query)
 	switch x := w.inner.(type) {
 	case driver.QueryerContext:
 		rows, err = x.QueryContext(ctx, query, args)

@@ -54,10 +54,22 @@ const refreshCandidateSQL = "INSERT INTO election_candidates (namespace, candida
 // refresh of such an Elect.
 const refreshGrantSQL = "WITH r AS (" + refreshCandidateSQL
 
-// takeSeatSQL begins the statement by which Elect, on PostgreSQL, takes
-// its locked path in one statement (TakeSeat), refreshing the caller's row
-// unless a Group's rounds keep it.
-const takeSeatSQL = "WITH seat AS ("
+// acquireSQL begins the statement by which Elect, on PostgreSQL, runs in
+// one statement (Acquire), refreshing the caller's row unless a Group's
+// rounds keep it.
+const acquireSQL = "WITH seen AS ("
+
+// isMariaAcquire reports whether q is MariaDB's Elect in one compound
+// statement (its vacating statement declares no lapsed term's reason).
+func isMariaAcquire(q string) bool {
+	return strings.HasPrefix(q, "BEGIN NOT ATOMIC") && strings.Contains(q, "v_lapsed")
+}
+
+// isSQLiteGrant reports whether q is SQLite's Elect writing a free seat in
+// one call (BEGIN IMMEDIATE to COMMIT, the history written for the grant).
+func isSQLiteGrant(q string) bool {
+	return strings.HasPrefix(q, "BEGIN IMMEDIATE; ") && strings.Contains(q, "INSERT INTO election_history")
+}
 
 // event is one line a child writes to its stdout for the parent.
 type event struct {
@@ -150,10 +162,11 @@ func child() error {
 	defer stop()
 
 	// Count election rounds that reach the database: every Elect makes
-	// one of three statements, the refresh of its candidate row with the
+	// one of these statements, the refresh of its candidate row with the
 	// times it read from the database clock (on the locked path and on a
-	// follower's unlocked one), PostgreSQL's one-statement locked path, or
-	// the leader's one-statement renewal.
+	// follower's unlocked one), PostgreSQL's and MariaDB's one-statement
+	// Elect, SQLite's one call writing a free seat, or the leader's
+	// one-statement renewal.
 	var elections atomic.Int64
 	counter := &rtcount.Counter{}
 	counter.Observe = func(_ rtcount.Kind, q string) {
@@ -162,7 +175,7 @@ func child() error {
 			// A Group's heartbeat refreshes one row per namespace: each
 			// counts as that namespace's round.
 			elections.Add(int64(strings.Count(q, "), (") + 1))
-		case strings.HasPrefix(q, takeSeatSQL):
+		case strings.HasPrefix(q, acquireSQL), isMariaAcquire(q), isSQLiteGrant(q):
 			// A Group's attempts are not rounds: its rounds count below.
 			if !c.group {
 				elections.Add(1)
@@ -174,7 +187,8 @@ func child() error {
 			if n, ok := dialect.GroupRoundNamespaces(q); ok {
 				elections.Add(int64(n))
 			}
-		case strings.Contains(q, "UPDATE election_leaders") && strings.Contains(q, "lease_expires_at >"):
+		case (strings.Contains(q, "UPDATE election_leaders") || strings.Contains(q, "STRAIGHT_JOIN election_leaders")) &&
+			strings.Contains(q, "lease_expires_at >"):
 			elections.Add(1)
 		}
 	}

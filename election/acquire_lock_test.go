@@ -9,19 +9,20 @@ import (
 	"github.com/sqlelect/sqlelect/internal/testdb"
 )
 
-// TestTakeSeatBehindALock: PostgreSQL's one-statement locked path
-// (TakeSeat) queued behind a transaction that holds the seat's row lock
-// decides on the row that transaction leaves, not on the one its
-// statement's snapshot saw: it takes a seat vacated meanwhile in the next
-// term, and does not take one granted meanwhile to another candidate.
-func TestTakeSeatBehindALock(t *testing.T) {
+// TestAcquireBehindALock: PostgreSQL's one-statement Elect (Acquire) of a
+// candidate woken by a handoff, queued behind a transaction that holds the
+// seat's row lock, decides on the row that transaction leaves, not on the
+// one its statement's snapshot saw: it takes a seat vacated meanwhile in
+// the next term, and does not take one granted meanwhile to another
+// candidate.
+func TestAcquireBehindALock(t *testing.T) {
 	tg := testdb.Only(t, "postgres")
 	_, db := testdb.Shared(t, tg)
 	ctx := electorCtx(t)
 	ns := testdb.Namespace(t)
 	e := newTestElection(t, db, ns, 10*time.Second)
-	if e.q.TakeSeat == "" {
-		t.Fatal("no TakeSeat statement on PostgreSQL")
+	if e.q.Acquire == "" {
+		t.Fatal("no Acquire statement on PostgreSQL")
 	}
 	a, b, c := uuid.New(), uuid.New(), uuid.New()
 	if l, err := e.Elect(ctx, a); err != nil || !l.HeldBy(a) || l.Term != 1 {
@@ -49,7 +50,7 @@ func TestTakeSeatBehindALock(t *testing.T) {
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			var n int
-			if err := db.Raw("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'WITH seat AS%'").Scan(&n).Error; err != nil {
+			if err := db.Raw("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'WITH seen AS%'").Scan(&n).Error; err != nil {
 				t.Fatal(err)
 			}
 			if n > 0 {
