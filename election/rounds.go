@@ -165,14 +165,19 @@ func runRounds(ctx context.Context, d driverLoop, t timing, clk clock, kick <-ch
 	tm := clk.NewTimer(time.Hour)
 	defer tm.Stop()
 	for {
+		began := clk.Now()
 		err := d.round(ctx, cause)
 		if ctx.Err() != nil {
 			return nil
 		}
+		// Ticks are counted from the start of the round, not its end: a
+		// round slowed by the database leaves less wait, so that the next
+		// renewal still answers within the trust window.
 		wait, next := jitter(t.interval), causeTick
 		if d.leadsAll() {
 			wait = jitter(t.renewEvery())
 		}
+		wait = max(wait-clk.Now().Sub(began), 0)
 		if err != nil {
 			if !succeeded && errors.Is(err, ErrNotMigrated) {
 				log.Error("election: stopped", "err", err)
