@@ -288,7 +288,9 @@ func (g *Group) takeSeats(ctx context.Context, mems []*member) {
 // two rounds before it is tried. g.box is held.
 func (g *Group) balanceLocked(total, live int, attempts []*member) []*member {
 	g.share = (total + live - 1) / live
-	if g.box.leading > g.share {
+	// No handover while the database is slow: a seat handed over costs
+	// its taking, and the shed attempts leave it unled.
+	if g.box.leading > g.share && g.pace.allowed > 0 {
 		for _, mem := range g.pickSurplus(g.box.leading - g.share) {
 			g.handOverLocked(mem)
 		}
