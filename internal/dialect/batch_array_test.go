@@ -203,6 +203,28 @@ func TestGroupRound(t *testing.T) {
 					t.Errorf("%s: the member's candidacy is not live: %v", ns, ids)
 				}
 			}
+			// A second round renews the lease again and refreshes the
+			// member row (on MySQL in one statement, the row existing now).
+			var before dialect.Time
+			if err := raw.QueryRowContext(ctx, d.Rebind("SELECT expires_at FROM election_members WHERE member_id = ?"), me).Scan(&before); err != nil {
+				t.Fatal(err)
+			}
+			in.Join, in.Held = nil, []dialect.HeldLease{{Namespace: held, Term: 5}}
+			time.Sleep(2 * time.Millisecond)
+			out2, err := dialect.GroupRound(ctx, conn, d, in)
+			if err != nil {
+				t.Fatalf("second GroupRound: %v", err)
+			}
+			if exp, ok := out2.Renewed[held]; !ok || !exp.After(out.Renewed[held]) {
+				t.Errorf("second round: renewed %v, want %s renewed past %v", out2.Renewed, held, out.Renewed[held])
+			}
+			var after dialect.Time
+			if err := raw.QueryRowContext(ctx, d.Rebind("SELECT expires_at FROM election_members WHERE member_id = ?"), me).Scan(&after); err != nil {
+				t.Fatal(err)
+			}
+			if !after.Time.After(before.Time) {
+				t.Errorf("the member row was not refreshed: %v, then %v", before.Time, after.Time)
+			}
 			// Once the member row lapses, so do they.
 			exec("UPDATE election_members SET expires_at = ? WHERE member_id = ?", d.TimeArg(time.Now().Add(-time.Second)), me)
 			rows, err := raw.QueryContext(ctx, q.List, free)

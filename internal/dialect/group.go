@@ -89,10 +89,10 @@ type RoundOut struct {
 }
 
 // GroupRound runs one round of a Group on conn, each statement committing
-// by itself: on PostgreSQL one statement; elsewhere the member row, the
-// candidate rows joined (when there are), the renewal (when leases are
-// held) and the reading, in that order, so that the reading begins after
-// the renewal committed. The leases of Held that are missing from Renewed
+// by itself: on PostgreSQL one statement; elsewhere the renewal (when
+// leases are held, first: it must answer within the trust window), the
+// member row, the candidate rows joined (when there are) and the reading,
+// in that order, so that the reading begins after the renewal committed. The leases of Held that are missing from Renewed
 // were not renewed: their term ended, their lease lapsed, or (PostgreSQL,
 // SQLite) another transaction vacated the seat while the renewal waited
 // for its row.
@@ -114,20 +114,38 @@ func GroupRound(ctx context.Context, conn gorm.ConnPool, d Dialect, in RoundIn) 
 		return out, out.scan(rows, in, true)
 	}
 
-	if _, err := conn.ExecContext(ctx, finish(d, memberBeat(p)), in.Member, in.Hostname, int64(in.PID), in.Label, d.DurationArg(in.Expire)); err != nil {
-		return out, err
-	}
-	if len(in.Join) > 0 {
-		args := make([]any, 0, 6*len(in.Join))
-		for _, ns := range in.Join {
-			args = append(args, ns, in.Member, in.Hostname, int64(in.PID), in.Label, in.Member)
+	returned, inferred, changed := map[string]time.Time{}, false, int64(0)
+	beaten := false // the member row refreshed
+	if _, ok := d.(mysql); ok && len(in.Held) > 0 {
+		// One statement renews and refreshes the member row (which must
+		// exist: a round's first refresh creates it).
+		args := []any{in.Member, in.Member}
+		for _, h := range in.Held {
+			args = append(args, h.Namespace, h.Term)
 		}
-		if _, err := conn.ExecContext(ctx, finish(d, joinRows(p, len(in.Join))), args...); err != nil {
+		args = append(args, d.DurationArg(in.Expire), in.Hostname, int64(in.PID), in.Label, d.DurationArg(in.Expire))
+		res, err := conn.ExecContext(ctx, finish(d, myRenewBeat(len(in.Held))), args...)
+		if err == nil {
+			changed, err = res.RowsAffected()
+		}
+		if err != nil {
 			return out, err
 		}
+		if changed > 0 {
+			beaten, changed = true, changed-1
+			if changed == int64(len(in.Held)) {
+				last, err := res.LastInsertId()
+				if err != nil {
+					return out, err
+				}
+				for _, h := range in.Held {
+					returned[h.Namespace] = BatchRenewedAt(last)
+				}
+			}
+			inferred = len(returned) == 0
+		}
 	}
-	returned, inferred, changed := map[string]time.Time{}, false, int64(0)
-	if len(in.Held) > 0 {
+	if len(in.Held) > 0 && !beaten {
 		args := []any{d.DurationArg(in.Expire), in.Member}
 		for _, h := range in.Held {
 			args = append(args, h.Namespace, h.Term)
@@ -169,6 +187,21 @@ func GroupRound(ctx context.Context, conn gorm.ConnPool, d Dialect, in RoundIn) 
 				return out, err
 			}
 			inferred = len(returned) == 0
+		}
+	}
+	// The member row after the renewal, which must answer first.
+	if !beaten {
+		if _, err := conn.ExecContext(ctx, finish(d, memberBeat(p)), in.Member, in.Hostname, int64(in.PID), in.Label, d.DurationArg(in.Expire)); err != nil {
+			return out, err
+		}
+	}
+	if len(in.Join) > 0 {
+		args := make([]any, 0, 6*len(in.Join))
+		for _, ns := range in.Join {
+			args = append(args, ns, in.Member, in.Hostname, int64(in.PID), in.Label, in.Member)
+		}
+		if _, err := conn.ExecContext(ctx, finish(d, joinRows(p, len(in.Join))), args...); err != nil {
+			return out, err
 		}
 	}
 	if in.Sample == nil && len(in.Joined) == len(in.Held) && len(in.Read) == len(in.Held) && len(returned) == len(in.Held) && len(in.Held) > 0 {
@@ -481,4 +514,26 @@ func stmtNow(p pieces) string {
 		return "NOW(6)"
 	}
 	return p.now()
+}
+
+// myRenewBeat is, on MySQL, MariaDB and TiDB, BatchRenew of n leases and
+// the refresh of the member row in one statement, from one reading of the
+// clock: parameters are the member id (twice), n pairs of namespace and
+// term, the expiry window, hostname, pid, label, the expiry window. It
+// changes the member row, and each lease it renews, to one new expiry
+// returned as the last insert id; when the member row is missing it
+// changes nothing.
+func myRenewBeat(n int) string {
+	var b strings.Builder
+	b.WriteString("UPDATE (SELECT SYSDATE(6) AS n LIMIT 1) t STRAIGHT_JOIN election_members m ON m.member_id = ? " +
+		"LEFT JOIN election_leaders l ON l.leader_id = ? AND l.lease_expires_at > SYSDATE(6) AND (")
+	for i := range n {
+		if i > 0 {
+			b.WriteString(" OR ")
+		}
+		b.WriteString("(l.namespace = ? AND l.term = ?)")
+	}
+	b.WriteString(") SET l.lease_expires_at = TIMESTAMP('1970-01-01') + INTERVAL LAST_INSERT_ID(TIMESTAMPDIFF(MICROSECOND, '1970-01-01', t.n) + ?) MICROSECOND, " +
+		"l.updated_at = t.n, m.hostname = ?, m.pid = ?, m.label = ?, m.last_heartbeat_at = t.n, m.expires_at = t.n + INTERVAL ? MICROSECOND")
+	return b.String()
 }
