@@ -166,27 +166,25 @@ func child() error {
 	// times it read from the database clock (on the locked path and on a
 	// follower's unlocked one), PostgreSQL's and MariaDB's one-statement
 	// Elect, SQLite's one call writing a free seat, or the leader's
-	// one-statement renewal.
+	// one-statement renewal. A Group's round refreshes its member row
+	// once for all its namespaces, each of which counts one round; its
+	// attempts are not rounds.
 	var elections atomic.Int64
 	counter := &rtcount.Counter{}
 	counter.Observe = func(_ rtcount.Kind, q string) {
-		switch {
-		case strings.HasPrefix(q, refreshCandidateSQL), strings.HasPrefix(q, refreshGrantSQL):
-			// A Group's heartbeat refreshes one row per namespace: each
-			// counts as that namespace's round.
-			elections.Add(int64(strings.Count(q, "), (") + 1))
-		case strings.HasPrefix(q, acquireSQL), isMariaAcquire(q), isSQLiteGrant(q):
-			// A Group's attempts are not rounds: its rounds count below.
-			if !c.group {
-				elections.Add(1)
-			}
-		case c.group:
-			// On PostgreSQL a Group's round is one statement, its
-			// heartbeat included: each namespace counts one round. Elsewhere
-			// the batch renewal is followed by the heartbeat, counted above.
+		if c.group {
 			if n, ok := dialect.GroupRoundNamespaces(q); ok {
+				// PostgreSQL's round, one statement.
 				elections.Add(int64(n))
+			} else if strings.HasPrefix(q, "INSERT INTO election_members") || strings.Contains(q, "STRAIGHT_JOIN election_members") {
+				elections.Add(int64(len(c.namespaces)))
 			}
+			return
+		}
+		switch {
+		case strings.HasPrefix(q, refreshCandidateSQL), strings.HasPrefix(q, refreshGrantSQL),
+			strings.HasPrefix(q, acquireSQL), isMariaAcquire(q), isSQLiteGrant(q):
+			elections.Add(1)
 		case (strings.Contains(q, "UPDATE election_leaders") || strings.Contains(q, "STRAIGHT_JOIN election_leaders")) &&
 			strings.Contains(q, "lease_expires_at >"):
 			elections.Add(1)
