@@ -106,16 +106,8 @@ func outside(r repo, o outsideOptions, stdout io.Writer) error {
 			defer os.RemoveAll(modcache)
 		}
 	}
-	env := withEnv(os.Environ(), map[string]string{
-		"GOPROXY":    proxyURL(proxyDir) + "," + fallback,
-		"GONOSUMDB":  corePath,
-		"GONOPROXY":  "",
-		"GOPRIVATE":  "",
-		"GOFLAGS":    "-modcacherw",
-		"GOWORK":     "off",
-		"GOMODCACHE": modcache,
-	})
-	fmt.Fprintf(stdout, "GOPROXY=%s GONOSUMDB=%s GOWORK=off GOMODCACHE=%s\n", proxyURL(proxyDir)+","+fallback, corePath, modcache)
+	env := scratchEnv(proxyURL(proxyDir)+","+fallback, modcache)
+	fmt.Fprintf(stdout, "GOPROXY=%s GONOSUMDB=%s GOWORK=off GOMODCACHE=%s GODEBUG=goindex=0\n", proxyURL(proxyDir)+","+fallback, corePath, modcache)
 
 	work := filepath.Join(tmp, "outside")
 	if err := os.MkdirAll(work, 0o755); err != nil {
@@ -263,6 +255,27 @@ func checkOutsideModule(work string, mods []served) error {
 }
 
 // withEnv returns env with the variables of set replaced or added.
+// scratchEnv is the environment of the go commands run in the scratch
+// module: the proxy list, no workspace, no private modules, and modcache.
+func scratchEnv(proxies, modcache string) []string {
+	return withEnv(os.Environ(), map[string]string{
+		"GOPROXY":    proxies,
+		"GONOSUMDB":  corePath,
+		"GONOPROXY":  "",
+		"GOPRIVATE":  "",
+		"GOFLAGS":    "-modcacherw",
+		"GOWORK":     "off",
+		"GOMODCACHE": modcache,
+		// The go command indexes a directory of the module cache by its
+		// path alone, trusting that what is there never changes. Here one
+		// path holds this repository's modules at one version made from
+		// whatever HEAD is, so an index kept in the build cache by an
+		// earlier run lists an earlier commit's files, and a file added
+		// since is "undefined". Without the index the files are read.
+		"GODEBUG": "goindex=0",
+	})
+}
+
 func withEnv(env []string, set map[string]string) []string {
 	var out []string
 	for _, kv := range env {

@@ -123,10 +123,7 @@ func TestBuildProxy(t *testing.T) {
 		"go.mod":  "module example.com/user\n\ngo 1.23\n",
 		"main.go": "package main\n\nimport (\n\t\"fmt\"\n\n\t\"github.com/sqlelect/sqlelect/prometheus\"\n)\n\nfunc main() { fmt.Println(prometheus.Hello()) }\n",
 	})
-	env := withEnv(os.Environ(), map[string]string{
-		"GOPROXY": proxyURL(dir), "GONOSUMDB": corePath, "GONOPROXY": "", "GOPRIVATE": "",
-		"GOFLAGS": "-modcacherw", "GOWORK": "off", "GOMODCACHE": t.TempDir(),
-	})
+	env := scratchEnv(proxyURL(dir), t.TempDir())
 	goIn := func(args ...string) string {
 		t.Helper()
 		cmd := exec.Command("go", args...)
@@ -161,6 +158,53 @@ func TestBuildProxy(t *testing.T) {
 	if err := checkOutsideModule(work, []served{other}); err == nil || !strings.Contains(err.Error(), "did not come from the file proxy") {
 		t.Errorf("checkOutsideModule with another zip: %v", err)
 	}
+}
+
+// TestScratchModCacheReused: the scratch module's module cache is emptied
+// and filled again at the same path from run to run, with the build cache
+// kept. A commit that adds a file to a package, released at the same
+// version as the run before it, builds: the go command reads the files
+// there now, not a list it kept from the earlier commit.
+func TestScratchModCacheReused(t *testing.T) {
+	r := miniRepo(t, "v0.1.0")
+	modcache := filepath.Join(t.TempDir(), "modcache")
+	work := t.TempDir()
+	writeFiles(t, work, map[string]string{
+		"go.mod":  "module example.com/user\n\ngo 1.23\n",
+		"main.go": "package main\n\nimport (\n\t\"fmt\"\n\n\t\"github.com/sqlelect/sqlelect/prometheus\"\n)\n\nfunc main() { fmt.Println(prometheus.Hello()) }\n",
+	})
+	run := func(want string) {
+		t.Helper()
+		dir := t.TempDir()
+		if _, err := buildProxy(r, "HEAD", "v0.1.0", dir); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.RemoveAll(modcache); err != nil {
+			t.Fatal(err)
+		}
+		os.Remove(filepath.Join(work, "go.sum"))
+		env := scratchEnv(proxyURL(dir), modcache)
+		for _, args := range [][]string{{"get", corePath + "/prometheus@v0.1.0"}, {"run", "."}} {
+			cmd := exec.Command("go", args...)
+			cmd.Dir, cmd.Env = work, env
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("go %v: %v\n%s", args, err, out)
+			}
+			if args[0] == "run" && string(out) != want {
+				t.Errorf("go run: %q, want %q", out, want)
+			}
+		}
+	}
+	run("hello from the core through prometheus\n")
+	writeFiles(t, r.root, map[string]string{
+		"greet/greet.go": "package greet\n\n// Hello greets.\nfunc Hello() string { return word() + \" from the core\" }\n",
+		"greet/word.go":  "package greet\n\nfunc word() string { return \"hi\" }\n",
+	})
+	gitIn(t, r.root, "add", "-A")
+	gitIn(t, r.root, "commit", "-q", "-m", "second")
+	run("hi from the core through prometheus\n")
+	os.RemoveAll(modcache) // -modcacherw: the test's temporary directory can go
 }
 
 // TestBuildProxyRefusesOtherVersions: a nested module that requires the
