@@ -45,8 +45,11 @@ func newRoundProbe() *roundProbe {
 		switch {
 		case isPrune(q):
 			p.pruned.Add(1)
-		case strings.HasPrefix(q, "INSERT INTO election_members"), strings.HasPrefix(q, "/* sqlelect round: "):
+		case strings.HasPrefix(q, "INSERT INTO election_members"), strings.HasPrefix(q, "/* sqlelect round: "),
+			strings.Contains(q, "STRAIGHT_JOIN election_members"):
 			// This statement counted: between two snapshots, one round.
+			// (MySQL's round renews its leases and refreshes the member
+			// row in one UPDATE when it holds any.)
 			select {
 			case p.snaps <- roundSnap{counts: p.c.Snapshot(), pruned: p.pruned.Load()}:
 			default:

@@ -236,7 +236,7 @@ func waitRenewalBlocked(t *testing.T, db *gorm.DB, id, group int64) {
 	case "postgres":
 		q, arg = "SELECT COUNT(*) FROM pg_stat_activity WHERE ? = ANY(pg_blocking_pids(pid))", id
 	case "mysql":
-		q, arg = "SELECT COUNT(*) FROM information_schema.processlist WHERE id = ? AND info LIKE 'UPDATE %election_leaders SET lease_expires_at%' AND time_ms > 200", group
+		q, arg = "SELECT COUNT(*) FROM information_schema.processlist WHERE id = ? AND info LIKE 'UPDATE %election_leaders %lease_expires_at%' AND time_ms > 200", group
 	default:
 		t.Fatalf("no lock waits to see on %s", db.Dialector.Name())
 	}
