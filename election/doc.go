@@ -230,9 +230,13 @@
 //   - options.go: the options of New (Option) and of the calls (CallOption,
 //     WithTx), and the namespace rules.
 //   - errors.go: the sentinel errors.
-//   - protocol.go: the calls, RegisterCandidate to Guard, one transaction
-//     or statement each. Their SQL is not here: internal/dialect writes
-//     every statement, once per database (dialect.Statements).
+//   - doc.go: this overview.
+//   - protocol.go: the calls that write (RegisterCandidate, Heartbeat,
+//     Elect, UnregisterCandidate, Resign), one transaction or statement
+//     each. Their SQL is not here: internal/dialect writes every
+//     statement, once per database (dialect.Statements).
+//   - reads.go: the calls that read (IsLeader, Leader, ListCandidates)
+//     and Guard, the fence of a leader's writes.
 //   - prune.go: Prune, and the leader's prune every five expiry windows.
 //   - clock.go: the database clock (Now), and the monotonic clock the
 //     engine runs on, which tests stub.
@@ -241,16 +245,19 @@
 //   - history.go: the history of terms (written by the grants and ends in
 //     protocol.go), the operators' read calls (Candidates, LeaderInfo,
 //     History, ListNamespaces) and VacateSeat, VacateLease.
+//   - fleet.go: the reads of every namespace at once for tools (ListSeats,
+//     ListAllCandidates, ListProcesses, ListRecentTerms), and
+//     ValidateNamespace.
 //   - retry.go: where a call runs (the caller's transaction, statements of
 //     their own, or a transaction of its own), retries of transient
 //     conflicts, and how errors become the sentinels.
 //   - seat.go: reading the leader row with the database clock, and the
 //     leases this Election holds, for the one-statement renewal.
 //   - stmtcache.go: statements kept prepared where compiling costs more
-//     than running (SQLite).
-//   - handoff.go: waking candidates when the seat is vacated (in process,
-//     and through the database's notifications), and the hooks that run in
-//     the vacating transaction.
+//     than running (SQLite), through internal/stmtcache.
+//   - handoff.go: waking candidates when the seat is vacated, through
+//     internal/handoff (in process, and through the database's
+//     notifications), and the hooks that run in the vacating transaction.
 //   - watch.go: WatchVacancies, the vacated seats for tools.
 //   - engine.go: the state machine of one namespace (above): leadership,
 //     trust window and watchdog, the lease's edge, sitting out, the leader
@@ -259,8 +266,8 @@
 //     calls run after it, the callbacks' dispatcher, the counters of work
 //     and calls in flight.
 //   - rounds.go: what both drivers share: settings and their rules, the
-//     round loop, its causes, jitter and backoff.
-//   - backoff.go: the jittered backoff of every retry loop.
+//     round loop, its causes, jitter and backoff (internal/backoff, the
+//     jittered backoff of every retry loop).
 //   - elector.go: the Elector, driving one machine with one Elect a round.
 //   - group.go: the Group, its namespaces (Join, Leave, Resign) and Run.
 //   - group_round.go: the Group's batch round, prune and shutdown.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sqlelect/sqlelect/internal/dialect"
 	"github.com/sqlelect/sqlelect/internal/gormx"
+	"github.com/sqlelect/sqlelect/internal/stmtcache"
 )
 
 // Election runs the election of one namespace on one database. It is safe
@@ -49,8 +50,8 @@ type Election struct {
 	// while it holds a seat's lock that another process's renewal needs.
 	rowsKept atomic.Bool
 
-	stmts  *stmtCache // prepared statements, for dialects that gain from them (stmtcache.go)
-	parent *Election  // the Election whose stmts this one shares (inNamespace), kept reachable
+	stmts  *stmtcache.Cache // prepared statements, for dialects that gain from them (stmtcache.go)
+	parent *Election        // the Election whose stmts this one shares (inNamespace), kept reachable
 }
 
 // New binds an election to db and a namespace. It checks the options and the

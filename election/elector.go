@@ -245,8 +245,8 @@ func (el *Elector) Run(ctx context.Context) error {
 	// The hub (and on PostgreSQL the pool's LISTEN connection, when it is
 	// the last) is left after the final unregistration: stopping a
 	// listener first would delay the vacate that hands the seat over.
-	h := joinHub(el.e, el.m)
-	defer leaveHub(el.e, el.m, h)
+	h := el.e.joinHub(el.m)
+	defer el.e.leaveHub(el.m, h)
 	go el.events.run()
 	el.log.Debug("election: elector running", "interval", el.cfg.Interval, "safety_margin", el.cfg.SafetyMargin)
 

@@ -18,6 +18,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/sqlelect/sqlelect/internal/faultproxy"
+	"github.com/sqlelect/sqlelect/internal/handoff"
 	"github.com/sqlelect/sqlelect/internal/testdb"
 )
 
@@ -350,7 +351,7 @@ func TestHandoffAcrossPools(t *testing.T) {
 			})
 			if notify {
 				select {
-				case <-hubOf(t, b.el).listeningC():
+				case <-hubOf(t, b.el).Listening():
 				case <-time.After(waitLimit):
 					t.Fatal("B's hub is not listening")
 				}
@@ -373,11 +374,9 @@ func TestHandoffAcrossPools(t *testing.T) {
 	}
 }
 
-func hubOf(t *testing.T, el *Elector) *hub {
+func hubOf(t *testing.T, el *Elector) *handoff.Hub {
 	t.Helper()
-	hubs.Lock()
-	defer hubs.Unlock()
-	h := hubs.m[el.e.hubKey()]
+	h := handoff.Lookup(el.e.hubKey())
 	if h == nil {
 		t.Fatal("the Elector has no hub")
 	}
@@ -416,7 +415,7 @@ func TestHandoffListener(t *testing.T) {
 		t.Fatal("two Electors of one Election have different hubs")
 	}
 	select {
-	case <-h.listeningC():
+	case <-h.Listening():
 	case <-time.After(waitLimit):
 		t.Fatal("not listening")
 	}
@@ -426,10 +425,7 @@ func TestHandoffListener(t *testing.T) {
 	}
 	mustStop(t, runA)
 	mustStop(t, runB)
-	hubs.Lock()
-	_, left := hubs.m[e.hubKey()]
-	hubs.Unlock()
-	if left {
+	if handoff.Lookup(e.hubKey()) != nil {
 		t.Error("the hub outlived its Electors")
 	}
 	// The listening connection was discarded, not put back in the pool
@@ -464,7 +460,7 @@ func TestHandoffListener(t *testing.T) {
 	c := newRecordedElector(t, newTestElection(t, small, ns, 3*time.Second), s, ElectorConfig{})
 	startRun(t, c.el)
 	c.waitLeading(0)
-	if hc := hubOf(t, c.el); hc.l != nil {
+	if hubOf(t, c.el).Listening() != nil {
 		t.Error("listening on a pool of two connections")
 	}
 }
@@ -504,7 +500,7 @@ func TestHandoffFromProtocolCalls(t *testing.T) {
 			b.waitLeading(0)
 			if testdb.WakesOtherPools(tg) {
 				select {
-				case <-hubOf(t, b.el).listeningC():
+				case <-hubOf(t, b.el).Listening():
 				case <-time.After(waitLimit):
 					t.Fatal("B's hub is not listening")
 				}
@@ -564,28 +560,20 @@ func TestOneListenerPerPool(t *testing.T) {
 	for _, el := range els {
 		el.waitRound("the first round", 0, func(roundReport) bool { return true })
 	}
-	l := hubOf(t, els[0].el).l
-	if l == nil {
+	h0 := hubOf(t, els[0].el)
+	if h0.Listening() == nil {
 		t.Fatal("no listener")
 	}
 	for _, el := range els[1:] {
-		if hubOf(t, el.el).l != l {
+		if !hubOf(t, el.el).SharesListener(h0) {
 			t.Fatal("Electors of one pool in two namespaces have two listeners")
 		}
 	}
-	hubs.Lock()
-	n := 0
-	for k := range hubs.listeners {
-		if k.pool == testdb.Raw(t, db) {
-			n++
-		}
-	}
-	hubs.Unlock()
-	if n != 1 {
+	if n := handoff.Listeners(testdb.Raw(t, db)); n != 1 {
 		t.Errorf("%d listeners on the pool, want 1", n)
 	}
 	select {
-	case <-hubOf(t, els[0].el).listeningC():
+	case <-hubOf(t, els[0].el).Listening():
 	case <-time.After(waitLimit):
 		t.Fatal("not listening")
 	}
@@ -611,10 +599,7 @@ func TestOneListenerPerPool(t *testing.T) {
 	for _, r := range runs {
 		mustStop(t, r)
 	}
-	hubs.Lock()
-	_, left := hubs.listeners[listenKey{pool: testdb.Raw(t, db)}]
-	hubs.Unlock()
-	if left {
+	if handoff.Listeners(testdb.Raw(t, db)) != 0 {
 		t.Error("the listener outlived its hubs")
 	}
 }

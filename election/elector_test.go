@@ -17,6 +17,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/sqlelect/sqlelect/internal/dialect"
+	"github.com/sqlelect/sqlelect/internal/handoff"
 	"github.com/sqlelect/sqlelect/internal/testdb"
 )
 
@@ -195,7 +196,7 @@ func wokenSuccessor(t *testing.T, b *recorder, prev event) event {
 // transaction pooler, say) only the local wake-up counts.
 func wokenInProcess(t *testing.T, el *Elector, cause roundCause) bool {
 	t.Helper()
-	return cause == causeWakeLocal || (cause == causeWakeNotify && hubOf(t, el).l != nil)
+	return cause == causeWakeLocal || (cause == causeWakeNotify && hubOf(t, el).Listening() != nil)
 }
 
 // waitLeading waits for an OnStartedLeading at index from or later.
@@ -762,7 +763,7 @@ func TestResignIgnoresWakeInVain(t *testing.T) {
 				t.Fatalf("Resign: %v", err)
 			}
 			from := a.rounds.len()
-			a.el.signal(signal{kind: sigWakeAny, src: wakeNotify})
+			a.el.signal(signal{kind: sigWakeAny, src: handoff.Notify})
 			next, _ := a.waitRound("the round after the wake-up", from, func(roundReport) bool { return true })
 			if next.cause != causeSitOut || next.lease.HeldBy(a.el.ID()) {
 				t.Fatalf("after a wake-up in vain: a %s round, lease %+v; want the skipped tick's observation", next.cause, next.lease)

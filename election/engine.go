@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/sqlelect/sqlelect/internal/handoff"
 )
 
 // The engine: one candidate's leadership of one namespace, as one state
@@ -69,8 +71,8 @@ func whyLost(s seat, id uuid.UUID, mine Lease) stopWhy {
 // its calls. Signals must not block nor take the box's lock.
 type signal struct {
 	kind    signalKind
-	src     wakeSource // sigWake
-	vacated uuid.UUID  // sigWake: the candidate whose vacate it announces; uuid.Nil when not known
+	src     handoff.Source // sigWake
+	vacated uuid.UUID      // sigWake: the candidate whose vacate it announces; uuid.Nil when not known
 }
 
 type signalKind int
@@ -455,10 +457,10 @@ func (m *machine) shedLocked(start time.Time) {
 }
 
 // wokeLocked reports a handoff that makes the machine try.
-func (m *machine) wokeLocked(src wakeSource) {
+func (m *machine) wokeLocked(src handoff.Source) {
 	if o := m.e.observer; o != nil {
 		w := Wake{Namespace: m.e.namespace, Candidate: m.id, Source: "local"}
-		if src == wakeNotify {
+		if src == handoff.Notify {
 			w.Source = "notify"
 		}
 		m.box.note(func() { o.HandoffWake(w) })
@@ -576,17 +578,21 @@ func (m *machine) health(tolerance time.Duration) error {
 	return nil
 }
 
-// The machine is a member of its namespace's handoff hub (handoff.go).
+// The machine is a member of its namespace's handoff hub (handoff.Member).
 
-func (m *machine) candidate() uuid.UUID { return m.id }
+// Candidate is the machine's candidate id.
+func (m *machine) Candidate() uuid.UUID { return m.id }
 
-func (m *machine) poke(src wakeSource, vacated uuid.UUID) {
+// Poke tells the machine another candidate vacated the seat.
+func (m *machine) Poke(src handoff.Source, vacated uuid.UUID) {
 	m.signal(signal{kind: sigWake, src: src, vacated: vacated})
 }
 
-func (m *machine) wakeAny() { m.signal(signal{kind: sigWakeAny, src: wakeNotify}) }
+// WakeAny tells the machine of a wake-up that names no namespace.
+func (m *machine) WakeAny() { m.signal(signal{kind: sigWakeAny, src: handoff.Notify}) }
 
-func (m *machine) pokeOusted() {
+// PokeOusted tells the machine someone else vacated its term.
+func (m *machine) PokeOusted() {
 	if m.leading.Load() {
 		m.signal(signal{kind: sigOusted})
 	}

@@ -14,6 +14,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/sqlelect/sqlelect/internal/dialect"
+	"github.com/sqlelect/sqlelect/internal/handoff"
 )
 
 // ErrGroupStarted is returned by Group.Run when Run was already called on
@@ -157,7 +158,7 @@ type member struct {
 	m  *machine
 	ns string
 
-	hub *hub // nil while not running
+	hub *handoff.Hub // nil while not running
 	// busy counts the rounds and attempts in flight that include the
 	// member; Add only while !leaving, so Leave can wait for them.
 	busy       sync.WaitGroup
@@ -383,7 +384,7 @@ func (g *Group) Join(ns string) error {
 	mem := g.newMember(ns)
 	g.members[ns] = mem
 	if g.running {
-		mem.hub = joinHub(mem.m.e, mem.m)
+		mem.hub = mem.m.e.joinHub(mem.m)
 	}
 	g.kickRound()
 	return nil
@@ -445,7 +446,7 @@ func (g *Group) Leave(ctx context.Context, ns string) error {
 	}
 	g.box.lock()
 	mem, err := g.joined("Leave", ns)
-	var h *hub
+	var h *handoff.Hub
 	if err == nil {
 		mem.leaving = true
 		mem.m.closeLocked(whyLeft)
@@ -456,7 +457,7 @@ func (g *Group) Leave(ctx context.Context, ns string) error {
 		return err
 	}
 	if h != nil {
-		leaveHub(mem.m.e, mem.m, h)
+		mem.m.e.leaveHub(mem.m, h)
 	}
 	leave := func(ctx context.Context) error {
 		defer func() {
@@ -528,7 +529,7 @@ func (g *Group) Run(ctx context.Context) error {
 	for _, mem := range g.members {
 		mem.m.parent = context.WithoutCancel(ctx)
 		if !mem.leaving {
-			mem.hub = joinHub(mem.m.e, mem.m)
+			mem.hub = mem.m.e.joinHub(mem.m)
 		}
 	}
 	g.box.unlock()

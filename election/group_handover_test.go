@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sqlelect/sqlelect/internal/handoff"
 	"github.com/sqlelect/sqlelect/internal/testdb"
 )
 
@@ -78,7 +79,7 @@ func TestGroupHandOverTermGuarded(t *testing.T) {
 	until := time.Now().Add(1200 * time.Millisecond)
 	for time.Now().Before(until) {
 		g.kickRound()
-		g.wake(m, signal{kind: sigWake, src: wakeLocal})
+		g.wake(m, signal{kind: sigWake, src: handoff.Local})
 		if l, ok := g.Lease(ns); ok {
 			t.Fatalf("the Group leads again (term %d) while the work of the term it handed over runs", l.Term)
 		}

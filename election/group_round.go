@@ -9,6 +9,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/sqlelect/sqlelect/internal/dialect"
+	"github.com/sqlelect/sqlelect/internal/handoff"
 )
 
 // leadsAll reports whether the Group leads every namespace it joined
@@ -230,7 +231,7 @@ func (g *Group) shutdown(ctx context.Context, err error) error {
 		vacate []*member // may hold a term: vacated one by one once their work returned
 		rest   []string  // hold none: their rows are deleted in one statement
 		hubs   []*member
-		hs     []*hub
+		hs     []*handoff.Hub
 		all    []*member
 	)
 	g.box.lock()
@@ -253,7 +254,7 @@ func (g *Group) shutdown(ctx context.Context, err error) error {
 	}
 	g.box.unlock()
 	for i, mem := range hubs {
-		leaveHub(mem.m.e, mem.m, hs[i])
+		mem.m.e.leaveHub(mem.m, hs[i])
 	}
 	g.events.close()
 	defer func() {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sqlelect/sqlelect/internal/handoff"
 	"github.com/sqlelect/sqlelect/internal/rtcount"
 	"github.com/sqlelect/sqlelect/internal/testdb"
 	"github.com/sqlelect/sqlelect/migrate"
@@ -91,7 +92,7 @@ func TestGroupWakeAnyRunsOneRound(t *testing.T) {
 
 			before := c.Snapshot()
 			k := g.members[nss[0]].m.e.hubKey()
-			wakeAll(listenKey{pool: k.pool, schema: k.schema})
+			handoff.WakeAll(k.Pool, k.Schema)
 			select {
 			case <-rounds:
 			case <-time.After(10 * time.Second):

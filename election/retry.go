@@ -9,6 +9,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/sqlelect/sqlelect/internal/backoff"
 	"github.com/sqlelect/sqlelect/internal/dialect"
 	"github.com/sqlelect/sqlelect/internal/gormx"
 )
@@ -17,7 +18,7 @@ import (
 // at most maxAttempts attempts, waits from 2 ms doubling up to 250 ms, ±50%.
 const maxAttempts = 12
 
-var conflictBackoff = backoff{first: 2 * time.Millisecond, max: 250 * time.Millisecond, jitter: 0.5}
+var conflictBackoff = backoff.Backoff{First: 2 * time.Millisecond, Max: 250 * time.Millisecond, Jitter: 0.5}
 
 // callFunc is the body of a call. conn runs its statements; callerTx is
 // true when conn is the caller's transaction (WithTx).
@@ -87,7 +88,7 @@ func (e *Election) do(ctx context.Context, op string, opts []CallOption, sc scop
 			return e.wrap(ctx, op, err, false)
 		}
 		e.log.Debug("election: retrying after a transient conflict", "op", op, "attempt", attempt, "err", err)
-		if !pause(ctx, conflictBackoff.wait(attempt)) {
+		if !backoff.Pause(ctx, conflictBackoff.Wait(attempt)) {
 			return e.wrap(ctx, op, err, false)
 		}
 	}

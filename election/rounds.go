@@ -7,6 +7,9 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"time"
+
+	"github.com/sqlelect/sqlelect/internal/backoff"
+	"github.com/sqlelect/sqlelect/internal/handoff"
 )
 
 // DefaultShutdownTimeout is the default ShutdownTimeout of ElectorConfig
@@ -79,7 +82,7 @@ func jitter(d time.Duration) time.Duration {
 // retryWait is the wait after failures consecutive failed rounds:
 // Interval/8 (at least 1 ms) doubling up to Interval, ±20%.
 func (t timing) retryWait(failures int) time.Duration {
-	return backoff{first: max(t.interval/8, time.Millisecond), max: t.interval, jitter: 0.2}.wait(failures)
+	return backoff.Backoff{First: max(t.interval/8, time.Millisecond), Max: t.interval, Jitter: 0.2}.Wait(failures)
 }
 
 // roundCause says why a round, or an attempt on one seat, ran.
@@ -122,8 +125,8 @@ func (c roundCause) String() string {
 }
 
 // wakeCause is the cause of a round or an attempt a handoff wake-up started.
-func wakeCause(src wakeSource) roundCause {
-	if src == wakeNotify {
+func wakeCause(src handoff.Source) roundCause {
+	if src == handoff.Notify {
 		return causeWakeNotify
 	}
 	return causeWakeLocal

@@ -4,15 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/sqlelect/sqlelect/internal/dialect"
+	"github.com/sqlelect/sqlelect/internal/handoff"
 )
-
-// maxPendingVacancies bounds the namespaces WatchVacancies keeps for a
-// reader that has fallen behind; past it, they collapse into one "" (any
-// namespace).
-const maxPendingVacancies = 1024
 
 // WatchVacancies returns a channel that receives the namespace of each seat
 // vacated in the Election's tables, in any namespace (not only e's): by a
@@ -52,98 +47,13 @@ func (e *Election) WatchVacancies(ctx context.Context) (<-chan string, error) {
 	if !ok || pool == nil {
 		return nil, fmt.Errorf("election: WatchVacancies: %s does not push notifications: %w", e.d.Name(), errors.ErrUnsupported)
 	}
-	if limit := pool.Stats().MaxOpenConnections; n.HoldsListenConn() && limit > 0 && limit < minListenPool {
+	if limit := pool.Stats().MaxOpenConnections; n.HoldsListenConn() && limit > 0 && limit < handoff.MinListenPool {
 		return nil, fmt.Errorf("election: WatchVacancies: the pool allows %d connections, fewer than the %d listening needs: %w",
-			limit, minListenPool, errors.ErrUnsupported)
+			limit, handoff.MinListenPool, errors.ErrUnsupported)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	w := &vacancies{kick: make(chan struct{}, 1), pending: map[string]struct{}{}}
-	out := make(chan string)
-	first := make(chan error, 1) // nil once subscribed, or why the first subscription failed
-	go func() {
-		defer cancel() // for good: the sender below closes out
-		err := listenLoop(ctx, n, pool, channelFor(e.schema), e.logBase.With("listener", "WatchVacancies"), false,
-			func(again bool) {
-				if again {
-					w.add("") // sent while reconnecting: lost
-				} else {
-					first <- nil
-				}
-			},
-			func(payload string) {
-				if payload == "" {
-					w.add("")
-					return
-				}
-				if _, ns, ok := parseHandoffPayload(payload); ok {
-					w.add(ns)
-				}
-			})
-		select {
-		case first <- err: // the first subscription failed
-		default:
-		}
-	}()
-	if err := <-first; err != nil {
+	out, err := handoff.Watch(ctx, n, pool, handoff.Channel(e.schema), e.logBase.With("listener", "WatchVacancies"))
+	if err != nil {
 		return nil, fmt.Errorf("election: WatchVacancies: %w", err)
 	}
-	go func() {
-		defer close(out)
-		for {
-			ns, ok := w.next()
-			if !ok {
-				select {
-				case <-w.kick:
-					continue
-				case <-ctx.Done():
-					return
-				}
-			}
-			select {
-			case out <- ns:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
 	return out, nil
-}
-
-// vacancies are the namespaces told of and not yet read, coalesced.
-type vacancies struct {
-	kick chan struct{} // capacity 1: something was added
-
-	mu      sync.Mutex
-	all     bool // "" pending: any namespace
-	pending map[string]struct{}
-}
-
-func (v *vacancies) add(ns string) {
-	v.mu.Lock()
-	if ns == "" || len(v.pending) >= maxPendingVacancies {
-		v.all = true
-		clear(v.pending)
-	} else if !v.all {
-		v.pending[ns] = struct{}{}
-	}
-	v.mu.Unlock()
-	select {
-	case v.kick <- struct{}{}:
-	default:
-	}
-}
-
-// next takes one pending namespace ("" for any), if there is one.
-func (v *vacancies) next() (string, bool) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.all {
-		v.all = false
-		return "", true
-	}
-	for ns := range v.pending {
-		delete(v.pending, ns)
-		return ns, true
-	}
-	return "", false
 }

@@ -21,7 +21,7 @@ import (
 // leader's process: it names the namespace.
 const handoffHelperEnv = "SQLELECT_MYSQL_HANDOFF_HELPER"
 
-// handoffChannel is package election's channel for tables on the search
+// handoffChannel is internal/handoff's channel for tables on the search
 // path.
 const handoffChannel = "sqlelect_handoff"
 
