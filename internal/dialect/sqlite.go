@@ -20,11 +20,15 @@ import (
 // as fixed-width UTC text with six fractional digits, so that comparing them
 // as text orders them in time; the clock itself ticks in milliseconds.
 //
-// multi is set when the driver runs several statements in one call, and
-// file is the path of the database's file ("" in memory) when fileKnown:
-// both found by detect on the Election's pool (sqlite_fast.go).
+// multi is set when the driver runs several statements in one call (with
+// numbered, when each statement binds the call's arguments by number, as
+// modernc.org/sqlite does, rather than taking the next ones in order, as
+// mattn/go-sqlite3 does), and file is the path of the database's file (""
+// in memory) when fileKnown: all found by detect on the Election's pool
+// (sqlite_fast.go).
 type sqlite struct {
 	multi     bool
+	numbered  bool
 	file      string
 	fileKnown bool
 }

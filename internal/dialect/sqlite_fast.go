@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"strconv"
 	"strings"
 	"time"
 
@@ -50,35 +51,75 @@ func (d sqlite) detect(ctx context.Context, db *gorm.DB) (Dialect, error) {
 		return nil, err
 	}
 	d.file, d.fileKnown = file, true
-	d.multi = detectMulti(ctx, conn)
+	d.multi, d.numbered = detectMulti(ctx, conn)
 	return d, nil
 }
 
 // detectMulti runs two inserts of bound values into a temporary table in
 // one call and reads back what they wrote: a driver that runs only the
-// first statement, or refuses the call, fails the check.
-func detectMulti(ctx context.Context, conn *sql.Conn) bool {
+// first statement, or refuses the call, fails the check. It tries the
+// arguments taken in order (?) first, then by number (?1, ?2).
+func detectMulti(ctx context.Context, conn *sql.Conn) (multi, numbered bool) {
 	const table = "temp.sqlelect_multi_probe"
 	defer func() { _, _ = conn.ExecContext(context.Background(), "DROP TABLE IF EXISTS "+table) }()
-	if _, err := conn.ExecContext(ctx, "CREATE TEMP TABLE IF NOT EXISTS sqlelect_multi_probe (x INTEGER); DELETE FROM "+table+
-		"; INSERT INTO "+table+" VALUES (?); INSERT INTO "+table+" VALUES (?)", 3, 4); err != nil {
-		return false
+	probe := func(numbered bool) bool {
+		q := "CREATE TEMP TABLE IF NOT EXISTS sqlelect_multi_probe (x INTEGER); DELETE FROM " + table +
+			"; INSERT INTO " + table + " VALUES (?); INSERT INTO " + table + " VALUES (?)"
+		if numbered {
+			q = numberParams(q)
+		}
+		if _, err := conn.ExecContext(ctx, q, 3, 4); err != nil {
+			return false
+		}
+		var n, sum int64
+		err := conn.QueryRowContext(ctx, "SELECT count(*), total(x) FROM "+table).Scan(&n, &sum)
+		return err == nil && n == 2 && sum == 7
 	}
-	var n, sum int64
-	err := conn.QueryRowContext(ctx, "SELECT count(*), total(x) FROM "+table).Scan(&n, &sum)
-	return err == nil && n == 2 && sum == 7
+	if probe(false) {
+		return true, false
+	}
+	if probe(true) {
+		return true, true
+	}
+	return false, false
+}
+
+// numberParams numbers the ? placeholders of q, outside quoted text, in
+// order from ?1: for a driver that binds each statement of a call to the
+// call's arguments by number.
+func numberParams(q string) string {
+	var b strings.Builder
+	n := 0
+	var quote byte
+	for i := 0; i < len(q); i++ {
+		c := q[i]
+		switch {
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			}
+		case c == '\'' || c == '"':
+			quote = c
+		case c == '?':
+			n++
+			b.WriteString("?" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
 }
 
 func (d sqlite) acquirer() Acquirer {
 	if !d.multi {
 		return nil
 	}
-	return sqliteAcquirer{}
+	return sqliteAcquirer{numbered: d.numbered}
 }
 
-type sqliteAcquirer struct{}
+type sqliteAcquirer struct{ numbered bool }
 
-func (sqliteAcquirer) Acquire(ctx context.Context, conn gorm.ConnPool, pool *sql.DB, in AcquireArgs) (Acquired, error) {
+func (a sqliteAcquirer) Acquire(ctx context.Context, conn gorm.ConnPool, pool *sql.DB, in AcquireArgs) (Acquired, error) {
 	q := sqliteStatements
 	var (
 		now, exp, acq Time
@@ -158,7 +199,7 @@ func (sqliteAcquirer) Acquire(ctx context.Context, conn gorm.ConnPool, pool *sql
 		recordTerm(newTerm)
 	}
 	b.WriteString("COMMIT")
-	n, err := execInTransaction(ctx, pool, b.String(), args)
+	n, err := execInTransaction(ctx, pool, b.String(), args, a.numbered)
 	if err != nil {
 		return Acquired{}, err
 	}
@@ -177,11 +218,14 @@ func (sqliteAcquirer) Acquire(ctx context.Context, conn gorm.ConnPool, pool *sql
 }
 
 // execInTransaction runs q, statements from BEGIN to COMMIT, in one call on
-// a connection of its own from pool, and returns the rows the last write
-// changed. When the call fails, the transaction it may have left open is
+// a connection of its own from pool (its placeholders numbered first when
+// numbered), and returns the rows the last write changed. When the call fails, the transaction it may have left open is
 // rolled back, or the connection discarded when that fails, before the
 // connection goes back to the pool.
-func execInTransaction(ctx context.Context, pool *sql.DB, q string, args []any) (int64, error) {
+func execInTransaction(ctx context.Context, pool *sql.DB, q string, args []any, numbered bool) (int64, error) {
+	if numbered {
+		q = numberParams(q)
+	}
 	conn, err := pool.Conn(ctx)
 	if err != nil {
 		return 0, err
@@ -232,7 +276,7 @@ func (v sqliteVacater) Vacate(ctx context.Context, _ gorm.ConnPool, pool *sql.DB
 		args = append(args, in.Namespace, in.ID)
 	}
 	args = append(args, in.Namespace, in.ID, in.Term)
-	n, err := execInTransaction(ctx, pool, q, args)
+	n, err := execInTransaction(ctx, pool, q, args, v.d.numbered)
 	if err != nil || n == 0 {
 		return false, nil, err
 	}

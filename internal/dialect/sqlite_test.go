@@ -93,3 +93,18 @@ func TestSQLiteAvailability(t *testing.T) {
 		t.Errorf("Check of a mattn/go-sqlite3 pool without cgo = %v, want ErrSQLiteNeedsCgo", err)
 	}
 }
+
+// TestNumberParams: the placeholders of a call of several statements are
+// numbered in order, and a ? in quoted text is left alone.
+func TestNumberParams(t *testing.T) {
+	for q, want := range map[string]string{
+		"SELECT 1": "SELECT 1",
+		"INSERT INTO t VALUES (?); INSERT INTO t VALUES (?, ?)": "INSERT INTO t VALUES (?1); INSERT INTO t VALUES (?2, ?3)",
+		"SELECT '?', \"a?\", ?":                                 "SELECT '?', \"a?\", ?1",
+		"SELECT 'it''s ?', ?":                                   "SELECT 'it''s ?', ?1",
+	} {
+		if got := numberParams(q); got != want {
+			t.Errorf("numberParams(%q) = %q, want %q", q, got, want)
+		}
+	}
+}
