@@ -572,6 +572,10 @@ func TestDriversTrustWindow(t *testing.T) {
 			if l := seatOf(t, db, ns); !l.HeldBy(a.id()) || l.Term != la.Term {
 				t.Errorf("the seat after the step-down: %+v; want A's term %d still live by the database clock", l, la.Term)
 			}
+			// OnStoppedLeading and the work's end come after the
+			// observer's stop, from other goroutines.
+			a.wait("the work to end", 0, func(ev devent) bool { return ev.kind == "work-done" })
+			a.wait("OnStoppedLeading", 0, func(ev devent) bool { return ev.kind == "stopped" })
 			if got, want := a.kinds(0), []string{"obs-started", "started", "stepped-down", "obs-stopped:stepped_down", "stopped", "work-done"}; !sameKinds(got, want) {
 				t.Errorf("A's events %v, want %v", got, want)
 			}
