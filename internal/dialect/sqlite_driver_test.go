@@ -228,10 +228,13 @@ func TestSQLiteDriverTimes(t *testing.T) {
 			t.Errorf("the database clock reads %q (%v), and a second later %v", nowText, now.Time, plus.Time)
 		}
 	})
-	if m, ok := bound[dialect.SQLiteMattn]; ok && m != bound[dialect.SQLiteModernc] {
-		t.Errorf("a bound time.Time is written as %q by mattn and %q by modernc", m, bound[dialect.SQLiteModernc])
+	// Each driver is a subtest, which -run may leave out.
+	m, mok := bound[dialect.SQLiteMattn]
+	got, ok := bound[dialect.SQLiteModernc]
+	if mok && ok && m != got {
+		t.Errorf("a bound time.Time is written as %q by mattn and %q by modernc", m, got)
 	}
-	if got, wantText := bound[dialect.SQLiteModernc], "2024-02-29 13:04:05.123456789+05:30"; got != wantText {
+	if wantText := "2024-02-29 13:04:05.123456789+05:30"; ok && got != wantText {
 		t.Errorf("modernc writes a bound time.Time as %q, want %q (mattn's form)", got, wantText)
 	}
 }
