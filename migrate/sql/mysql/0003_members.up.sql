@@ -11,5 +11,6 @@ CREATE TABLE IF NOT EXISTS election_members (
 ALTER TABLE election_candidates ADD COLUMN member_id CHAR(36) CHARACTER SET ascii COLLATE ascii_bin NULL;
 
 ALTER TABLE election_leaders
-    ADD COLUMN free_at DATETIME(6) AS (COALESCE(lease_expires_at, updated_at)) VIRTUAL,
-    ADD INDEX election_leaders_free (free_at);
+    ADD COLUMN free_at DATETIME(6) AS (COALESCE(lease_expires_at, updated_at)) VIRTUAL;
+
+ALTER TABLE election_leaders ADD INDEX election_leaders_free (free_at);
