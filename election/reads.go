@@ -50,19 +50,7 @@ func (e *Election) ListCandidates(ctx context.Context, opts ...CallOption) ([]uu
 	out := []uuid.UUID{}
 	err := e.autocommit(ctx, "ListCandidates", opts, func(conn gorm.ConnPool, _ bool) error {
 		out = out[:0]
-		rows, err := conn.QueryContext(ctx, e.q.List, e.namespace)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var id uuid.UUID
-			if err := rows.Scan(&id); err != nil {
-				return err
-			}
-			out = append(out, id)
-		}
-		return rows.Err()
+		return e.scanIDs(ctx, conn, &out, e.q.List, e.namespace)
 	})
 	if err != nil {
 		return nil, err
