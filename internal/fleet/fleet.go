@@ -261,24 +261,22 @@ func (f *Fleet) CPU(from, to time.Time) float64 {
 // Errors returns the failed rounds and attempts of every process so far,
 // by class (election.ErrorClass).
 func (f *Fleet) Errors() map[string]int64 {
-	out := map[string]int64{}
-	for _, pr := range f.procs {
-		pr.mu.Lock()
-		for k, n := range pr.errs {
-			out[k] += n
-		}
-		pr.mu.Unlock()
-	}
-	return out
+	return f.sum(func(pr *Proc) map[string]int64 { return pr.errs })
 }
 
 // Trace returns every process's statement counts so far by kind and text,
 // with the outcomes and stops (Config.Trace).
 func (f *Fleet) Trace() map[string]int64 {
+	return f.sum(func(pr *Proc) map[string]int64 { return pr.trace })
+}
+
+// sum adds up, key by key, the map of each process that counts picks,
+// read under the process's lock.
+func (f *Fleet) sum(counts func(*Proc) map[string]int64) map[string]int64 {
 	out := map[string]int64{}
 	for _, pr := range f.procs {
 		pr.mu.Lock()
-		for k, n := range pr.trace {
+		for k, n := range counts(pr) {
 			out[k] += n
 		}
 		pr.mu.Unlock()
