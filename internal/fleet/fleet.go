@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -556,4 +557,35 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 		_, _ = p.lw.w.Write(line)
 		p.lw.mu.Unlock()
 	}
+}
+
+// Log keeps what is written to it, for Config.Stderr: the processes'
+// lines, read while they may still be writing.
+type Log struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+// Write appends p.
+func (l *Log) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// String returns everything written.
+func (l *Log) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Tail returns the last n lines written, after a line saying how many came
+// before them.
+func (l *Log) Tail(n int) string {
+	lines := strings.Split(strings.TrimRight(l.String(), "\n"), "\n")
+	if len(lines) > n {
+		lines = append([]string{fmt.Sprintf("(%d lines before)", len(lines)-n)}, lines[len(lines)-n:]...)
+	}
+	return strings.Join(lines, "\n")
 }

@@ -1,10 +1,9 @@
 package fleet_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,24 +18,6 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// syncBuffer collects the processes' standard error for the log.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // A fleet of two processes leads every namespace, balanced; the parent
 // sees their statements and CPU; a killed process's namespaces are led
 // again by the other; the histories check out.
@@ -44,7 +25,7 @@ func TestFleet(t *testing.T) {
 	for _, tg := range testdb.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
 			dsn, _ := testdb.Shared(t, tg)
-			var stderr syncBuffer
+			var stderr fleet.Log
 			const m = 6
 			f, err := fleet.Start(fleet.Options{
 				Procs: 2,
@@ -119,5 +100,19 @@ func TestFleet(t *testing.T) {
 func TestConfigRequired(t *testing.T) {
 	if _, err := fleet.Start(fleet.Options{Procs: 1}); err == nil {
 		t.Fatal("Start without a command or namespaces succeeded")
+	}
+}
+
+// TestLogTail: Tail keeps the last lines and says how many came before.
+func TestLogTail(t *testing.T) {
+	var l fleet.Log
+	for i := range 5 {
+		fmt.Fprintf(&l, "line %d\n", i)
+	}
+	if got, want := l.Tail(2), "(3 lines before)\nline 3\nline 4"; got != want {
+		t.Errorf("Tail(2) = %q, want %q", got, want)
+	}
+	if got, want := l.Tail(10), "line 0\nline 1\nline 2\nline 3\nline 4"; got != want {
+		t.Errorf("Tail(10) = %q, want %q", got, want)
 	}
 }

@@ -36,7 +36,6 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -121,36 +120,13 @@ func TestOverload(t *testing.T) {
 	}
 }
 
-// lockedBuffer collects the processes' standard error.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// tail returns the last n lines written.
-func (l *lockedBuffer) tail(n int) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	lines := strings.Split(strings.TrimRight(l.b.String(), "\n"), "\n")
-	if len(lines) > n {
-		lines = append([]string{fmt.Sprintf("(%d lines before)", len(lines)-n)}, lines[len(lines)-n:]...)
-	}
-	return strings.Join(lines, "\n")
-}
-
 func runOverload(t *testing.T, tg testdb.Target) {
 	rt := roundTrip[tg.Name]
 	if rt == 0 {
 		t.Fatalf("no latency chosen for %s", tg.Name)
 	}
 	dsn, _ := testdb.Shared(t, tg)
-	var stderr lockedBuffer
+	var stderr fleet.Log
 	f, err := fleet.Start(fleet.Options{
 		Procs: procs,
 		Config: fleet.Config{
@@ -167,7 +143,7 @@ func runOverload(t *testing.T, tg testdb.Target) {
 	defer f.Close()
 	defer func() {
 		if t.Failed() {
-			t.Logf("the processes' standard error (warnings):\n%s", stderr.tail(60))
+			t.Logf("the processes' standard error (warnings):\n%s", stderr.Tail(60))
 		}
 	}()
 
