@@ -405,10 +405,13 @@ func pgRound(d Dialect, n int) string {
 		"WHERE u.namespace = t.ns AND u.term = t.term AND u.leader_id = $1 AND u.lease_expires_at > c.n "+
 		"RETURNING u.namespace, u.lease_expires_at), "+
 		// Counted once, in a WITH item of its own: as a subquery of the
-		// SELECT list it would be counted again for every seat.
-		"k AS (SELECT COALESCE(MAX(x.k), 0) + 1 AS n FROM (SELECT COUNT(*) AS k FROM c, unnest(CAST($11 AS text[])) AS a(ns) "+
-		"JOIN election_candidates e ON e.namespace = a.ns"+withMember("e")+" WHERE "+liveCandidate("e", "c.n")+
-		" AND e.candidate_id <> $1 GROUP BY a.ns) x), "+
+		// SELECT list it would be counted again for every seat. Each
+		// sampled namespace is counted by itself (LATERAL), so that its
+		// rows are found through the primary key, whatever the planner
+		// estimates of the array: a join may scan every candidate row.
+		"k AS (SELECT COALESCE(MAX(x.k), 0) + 1 AS n FROM c, unnest(CAST($11 AS text[])) AS a(ns) "+
+		"CROSS JOIN LATERAL (SELECT COUNT(*) AS k FROM election_candidates e"+withMember("e")+
+		" WHERE e.namespace = a.ns AND "+liveCandidate("e", "c.n")+" AND e.candidate_id <> $1) x), "+
 		// The seats whose lease ends within the horizon, or that became
 		// free a short while ago (lapsed or vacated), found through the
 		// index on free_at without visiting the others (the statement's
@@ -421,7 +424,7 @@ func pgRound(d Dialect, n int) string {
 		"AND free_at < statement_timestamp() + CAST($10 AS bigint) * interval '1 microsecond' OFFSET 0) l "+
 		"WHERE l.namespace IN (SELECT unnest(CAST($6 AS text[]))) "+
 		"UNION SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at "+
-		"FROM unnest(CAST($12 AS text[])) AS a(ns) JOIN election_leaders l ON l.namespace = a.ns) "+
+		"FROM election_leaders l WHERE l.namespace = ANY(CAST($12 AS text[]))) "+
 		"SELECT c.n, s.namespace, s.leader_id, s.term, s.lease_expires_at, s.acquired_at, r.lease_expires_at, k.n "+
 		"FROM c CROSS JOIN k LEFT JOIN s ON true LEFT JOIN r ON r.namespace = s.namespace")
 }
@@ -442,11 +445,14 @@ func anyStrings(ss []string) []any {
 
 // TakeSeats grants, on PostgreSQL, every free seat of nss to the member in
 // one statement, as TakeSeat does one: a namespace without a leader row
-// gets one in term 1; an existing seat is locked (in namespace order, so
-// that two Groups taking overlapping seats never deadlock), the clock read
-// after its lock, and granted in the next term if it is vacant or its
-// lease has lapsed, with the lapsed term ended as expired in the history
-// and the new one recorded. A seat found held is left alone. It returns
+// gets one in term 1; an existing seat that reads vacant or lapsed is
+// locked, the clock read after its lock, and granted in the next term if
+// it is still vacant or lapsed, with the lapsed term ended as expired in
+// the history and the new one recorded. A seat found held is left alone,
+// unlocked, and so is one whose row another transaction has locked (SKIP
+// LOCKED: a renewal, a vacate, another take), so that a batch never waits
+// for a leader's renewal nor makes one wait; the next round or wake-up
+// tries it again. It returns
 // the grants; ok is false on the other databases, whose Groups take seats
 // one at a time. The member's candidate rows are not touched: its member
 // row keeps them.
@@ -483,7 +489,7 @@ func pgTakeSeats() string {
 		"SELECT w.ns, " + id + ", 1, " + plus("c.n") + ", c.n, c.n FROM w, c ORDER BY w.ns ON CONFLICT (namespace) DO NOTHING " +
 		"RETURNING namespace, term, lease_expires_at, acquired_at), " +
 		"k AS (SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at FROM election_leaders l JOIN w ON w.ns = l.namespace " +
-		"ORDER BY l.namespace FOR UPDATE OF l), " +
+		"WHERE l.leader_id IS NULL OR l.lease_expires_at <= clock_timestamp() ORDER BY l.namespace FOR UPDATE OF l SKIP LOCKED), " +
 		"s AS (SELECT clock_timestamp() AS n, k.* FROM k), " +
 		"g AS (UPDATE election_leaders AS t SET leader_id = " + id + ", term = t.term + 1, lease_expires_at = " + plus("s.n") +
 		", acquired_at = s.n, updated_at = s.n FROM s WHERE t.namespace = s.namespace AND t.term = s.term " +
