@@ -272,10 +272,10 @@
 //   - group.go: the Group, its namespaces (Join, Leave, Resign) and Run.
 //   - group_round.go: the Group's batch round, prune and shutdown.
 //   - group_attempt.go: the Group's attempts on free seats beside its
-//     rounds, and balancing.
+//     rounds, their budget (internal/pace), and balancing.
 //   - observer.go: what Electors and Groups report to an Observer
 //     (WithObserver), the stop reasons, and ErrorClass, the label of an
 //     error in metrics.
 //   - health.go: HealthCheck, the liveness check of an Elector or a Group
-//     for probes.
+//     for probes, and the per-machine judgement it asks for.
 package election

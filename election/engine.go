@@ -140,6 +140,7 @@ type machine struct {
 	work     *counter     // OnStartedLeading calls queued or running
 	inflight *counter     // calls in flight that may grant or renew the seat
 	async    sync.WaitGroup
+	giveUps  chan struct{} // nil, or a Group's: its give-ups vacate one at a time, its rounds keep their connections
 
 	parent    context.Context // of the leader's work: the driver's Run context, without its cancellation
 	cur       *leadership     // nil while not leading
@@ -549,33 +550,20 @@ func (m *machine) vacateAfterWork(ctx context.Context, op string, term int64, un
 			}
 		}
 	}
+	if m.giveUps != nil && !unregister {
+		select {
+		case m.giveUps <- struct{}{}:
+			defer func() { <-m.giveUps }()
+		case <-ctx.Done():
+			return fmt.Errorf("election: %s: %w", op, ctx.Err())
+		}
+	}
 	m.box.lock()
 	if m.stray {
 		term, m.stray = anyTerm, false
 	}
 	m.box.unlock()
 	return m.e.vacate(ctx, op, m.id, term, unregister, nil)
-}
-
-// health returns nil unless the machine believes it leads (it holds
-// leadership, or the work its OnStartedLeading began still runs) while
-// its last grant or renewal is older than its trust window plus tolerance.
-func (m *machine) health(tolerance time.Duration) error {
-	m.box.lock()
-	leading, renewed, now := m.cur != nil, m.renewed, m.clk.Now()
-	m.box.unlock()
-	if !leading && m.working.Load() == 0 {
-		return nil
-	}
-	if age := now.Sub(renewed); age > m.t.trust()+tolerance {
-		what := "leads"
-		if !leading {
-			what = "stopped leading, but its leader work is still running"
-		}
-		return fmt.Errorf("%w: namespace %q, candidate %s %s; last renewal %v ago, trust window %v, tolerance %v",
-			ErrUnhealthy, m.e.namespace, m.id, what, age.Round(time.Millisecond), m.t.trust(), tolerance)
-	}
-	return nil
 }
 
 // The machine is a member of its namespace's handoff hub (handoff.Member).

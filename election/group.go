@@ -15,6 +15,7 @@ import (
 
 	"github.com/sqlelect/sqlelect/internal/dialect"
 	"github.com/sqlelect/sqlelect/internal/handoff"
+	"github.com/sqlelect/sqlelect/internal/pace"
 )
 
 // ErrGroupStarted is returned by Group.Run when Run was already called on
@@ -64,6 +65,11 @@ type GroupConfig struct {
 	// it takes it, so while candidates come and go a Group may lead
 	// ceil(M/N)+1. The share is counted afresh every round, from the
 	// candidate rows (in the round's statements, at no extra round trip).
+	// In its first Interval a Group takes at most one seat, the least
+	// share any number of candidates gives it: the others started with it
+	// are not counted before their first round, and a fleet started
+	// together would otherwise see its first process take every seat and
+	// hand them over again one by one.
 	// Off by default: then the first candidate to find a seat free takes
 	// it, as Electors do.
 	Balance bool
@@ -139,15 +145,17 @@ type Group struct {
 	woken   chan wakeup   // edge and handoff wakes, for the attempter
 	queued  chan struct{} // cap 1: the attempt queue has work
 
-	renewNow atomic.Bool // a machine asked for a renewal now (sigRenew)
+	renewNow atomic.Bool   // a machine asked for a renewal now (sigRenew)
+	giveUps  chan struct{} // cap 1: the vacates of handovers and Resign, one at a time (machine.giveUps)
 	hooks    testHooks
 
 	members  map[string]*member
-	pace     pacer           // the attempts' budget
+	pace     pace.Budget     // the attempts' budget
 	running  bool            // Run's loop is on
 	runCtx   context.Context // Run's context (Background before Run)
 	stopping bool            // Run is returning
 	share    int             // with Balance: ceil(M/N) as of the last round; 0 before the first
+	warm     time.Time       // with Balance: until then the Group takes at most one seat (shareLocked); set by the first round
 	queue    []*member       // free seats of the last round, to try in order
 }
 
@@ -256,7 +264,8 @@ func NewGroup(ctx context.Context, db *gorm.DB, id uuid.UUID, cfg GroupConfig, o
 		events:  newDispatcher(),
 		members: map[string]*member{},
 		runCtx:  context.Background(),
-		pace:    pacer{allowed: maxAttemptBudget},
+		pace:    pace.New(),
+		giveUps: make(chan struct{}, 1),
 	}
 	for _, ns := range cfg.Namespaces {
 		g.members[ns] = g.newMember(ns)
@@ -272,6 +281,7 @@ func (g *Group) newMember(ns string) *member {
 	cb := callbacks{started: g.cfg.OnStartedLeading, stopped: g.cfg.OnStoppedLeading, newLeader: g.cfg.OnNewLeader}
 	mem.m = newMachine(e, g.id, g.t, &g.box, g.clk, cb, g.events, mem.signal, e.log.With("candidate", g.id))
 	mem.m.parent = context.WithoutCancel(g.runCtx)
+	mem.m.giveUps = g.giveUps
 	return mem
 }
 

@@ -8,6 +8,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/sqlelect/sqlelect/internal/dialect"
+	"github.com/sqlelect/sqlelect/internal/pace"
 )
 
 // The Group's attempts on free seats, beside its rounds, and balancing.
@@ -37,64 +38,44 @@ func (g *Group) callableLocked(mem *member) bool {
 	return g.running && !g.stopping && !mem.leaving && g.members[mem.ns] == mem && !mem.attempting && !mem.renewing
 }
 
-// withinShareLocked reports whether, with Balance, one more seat keeps the
-// Group within its share (or the round allowed mem above it: viaRound and
-// mem.overShare); always true without Balance. g.box is held.
-func (g *Group) withinShareLocked(mem *member, viaRound bool) bool {
-	switch {
+// withinLocked reports whether, with Balance, one more seat beside batch
+// already chosen keeps the Group within its share, or one above it when
+// the round allowed mem there (viaRound and mem.overShare); always true
+// without Balance. g.box is held.
+func (g *Group) withinLocked(mem *member, viaRound bool, batch int) bool {
+	switch n := g.box.leading + batch; {
 	case !g.cfg.Balance:
 		return true
 	case viaRound && mem.overShare:
-		return true
+		return n <= g.shareLocked()
 	}
-	return g.share > 0 && g.box.leading < g.share
+	return g.box.leading+batch < g.shareLocked()
 }
 
-// pacer is the attempts' budget: the rounds (and the renewals in them)
-// always run, and attempts on seats are shed first when the database is
-// slow. A round that takes more than a quarter of the interval, or fails,
-// stops the attempts until a round is quick again; from there the budget
-// per interval doubles with each quick round, and halves when an attempt
-// fails. So a fleet too large for its database, or a server slowed or
-// paused for a while, sends its rounds and little else: leaders whose
-// renewals still answer in time keep their seats, and the free seats are
-// taken once the rounds are quick again, without a retry storm.
-type pacer struct {
-	allowed int // attempts allowed per interval (a batch take counts one)
-	used    int // attempts since the last round
+// shareLocked is the most seats the Group's own takes may bring it to
+// with Balance: the share, but one during the warm-up (balanceLocked,
+// paceLocked); g.box is held.
+func (g *Group) shareLocked() int {
+	if g.clk.Now().Before(g.warm) {
+		return min(g.share, 1)
+	}
+	return g.share
 }
 
-// maxAttemptBudget is the budget of a healthy Group: as many attempts as
-// there are free seats, in practice.
-const maxAttemptBudget = 1 << 16
-
-// paceLocked updates the budget after a round that took d and ended with
-// err; g.box is held.
+// paceLocked updates the attempts' budget after a round that took d and
+// ended with err: a round slower than a quarter of the interval, or failed,
+// sheds the attempts (internal/pace); g.box is held.
 func (g *Group) paceLocked(d time.Duration, err error) {
-	p := &g.pace
-	p.used = 0
-	switch {
-	case err != nil || d > g.t.interval/4:
-		if p.allowed > 0 {
-			g.log.Warn("election: the database is slow; shedding attempts on free seats, keeping the renewals",
-				"round", d.Round(time.Millisecond), "interval", g.t.interval, "err", err)
-		}
-		p.allowed = 0
-	case p.allowed == 0:
-		p.allowed = 1
-	default:
-		p.allowed = min(2*p.allowed, maxAttemptBudget)
+	slow := err != nil || d > g.t.interval/4
+	if now := g.clk.Now(); slow && now.Before(g.warm) {
+		// A slow start (a fleet connecting at once): the warm-up lasts
+		// until the rounds are quick.
+		g.warm = now.Add(g.t.interval * 3 / 4)
 	}
-}
-
-// spendLocked takes one attempt from the budget, if there is one left;
-// g.box is held.
-func (g *Group) spendLocked() bool {
-	if g.pace.used >= g.pace.allowed {
-		return false
+	if g.pace.Round(slow) {
+		g.log.Warn("election: the database is slow; shedding attempts on free seats, keeping the renewals",
+			"round", d.Round(time.Millisecond), "interval", g.t.interval, "err", err)
 	}
-	g.pace.used++
-	return true
 }
 
 // attempter runs the attempts, one at a time, until ctx ends: a wake (the
@@ -110,7 +91,7 @@ func (g *Group) attempter(ctx context.Context) {
 		default:
 		}
 		if dialect.TakesSeatsAtOnce(g.base.d) {
-			if mems := g.nextQueued(maxAttemptBudget); len(mems) > 0 {
+			if mems := g.nextQueued(pace.Max); len(mems) > 0 {
 				g.takeSeats(ctx, mems)
 				continue
 			}
@@ -145,13 +126,12 @@ func (g *Group) nextQueued(n int) []*member {
 	for len(g.queue) > 0 && len(out) < n {
 		mem := g.queue[0]
 		// With Balance, the seats of the batch count toward the share.
-		within := !g.cfg.Balance || mem.overShare || g.share > 0 && g.box.leading+len(out) < g.share
-		if !g.callableLocked(mem) || !mem.m.mayTryLocked(now) || !within {
+		if !g.callableLocked(mem) || !mem.m.mayTryLocked(now) || !g.withinLocked(mem, true, len(out)) {
 			g.queue = g.queue[1:]
 			mem.queued, mem.overShare = false, false
 			continue
 		}
-		if len(out) == 0 && !g.spendLocked() {
+		if len(out) == 0 && !g.pace.Spend() {
 			break
 		}
 		g.queue = g.queue[1:]
@@ -168,7 +148,7 @@ func (g *Group) tryWoken(ctx context.Context, w wakeup) {
 	mem.pending.Store(false)
 	g.box.lock()
 	now := g.clk.Now()
-	ok := g.callableLocked(mem) && g.withinShareLocked(mem, false) && g.spendLocked()
+	ok := g.callableLocked(mem) && g.withinLocked(mem, false, 0) && g.pace.Spend()
 	if ok && w.sig.kind == sigEdge {
 		ok = mem.m.mayTryLocked(now)
 	} else if ok {
@@ -216,7 +196,7 @@ func (g *Group) attempt(ctx context.Context, mem *member, cause roundCause) {
 	g.box.lock()
 	g.attemptedLocked(mem, result{start: start, cause: cause, lease: l, err: err})
 	if err != nil {
-		g.pace.allowed /= 2
+		g.pace.Failed()
 	}
 	g.box.unlock()
 	if err != nil && ctx.Err() == nil {
@@ -273,7 +253,7 @@ func (g *Group) takeSeats(ctx context.Context, mems []*member) {
 		g.attemptedLocked(mem, r)
 	}
 	if err != nil {
-		g.pace.allowed /= 2
+		g.pace.Failed()
 	}
 	g.box.unlock()
 	if err != nil && ctx.Err() == nil {
@@ -284,19 +264,29 @@ func (g *Group) takeSeats(ctx context.Context, mems []*member) {
 // balanceLocked applies Balance after a round that found live candidates
 // in total namespaces: it hands over the surplus above the share, and
 // keeps of attempts (the free seats the round found) those the share has
-// room for. At or above the share, a free seat is left to the others for
-// two rounds before it is tried. g.box is held.
-func (g *Group) balanceLocked(total, live int, attempts []*member) []*member {
+// room for. At the share, a free seat is left to the others for two
+// rounds, then taken, never above share+1: a Group the others leave much
+// free (shedding while the database is slow) must not take it all and
+// become the one whose renewals cannot keep up. The first round begins
+// the warm-up, in which the Group takes one seat at most (the others
+// started with it are not counted yet): three quarters of an interval,
+// so that the next tick, jittered by at most a fifth, ends it. g.box is
+// held.
+func (g *Group) balanceLocked(start time.Time, total, live int, attempts []*member) []*member {
 	g.share = (total + live - 1) / live
+	if g.warm.IsZero() {
+		g.warm = start.Add(g.t.interval * 3 / 4)
+	}
 	// No handover while the database is slow: a seat handed over costs
 	// its taking, and the shed attempts leave it unled.
-	if g.box.leading > g.share && g.pace.allowed > 0 {
+	if g.box.leading > g.share && g.pace.Quick() {
 		for _, mem := range g.pickSurplus(g.box.leading - g.share) {
 			g.handOverLocked(mem)
 		}
 	}
 	now := g.clk.Now()
-	room := g.share - g.box.leading
+	room := g.shareLocked() - g.box.leading
+	warming := now.Before(g.warm)
 	kept := attempts[:0]
 	for _, mem := range attempts {
 		switch {
@@ -305,7 +295,11 @@ func (g *Group) balanceLocked(total, live int, attempts []*member) []*member {
 			kept = append(kept, mem)
 			mem.freeRounds, mem.overShare = 0, false
 			room--
-		case mem.freeRounds >= 2:
+		case warming:
+			// Not counted: the seat may be another's share.
+		case mem.freeRounds >= 2 && g.box.leading+len(kept) <= g.share:
+			// Left free by the others for two rounds: taken, one seat
+			// above the share at most.
 			kept = append(kept, mem)
 			mem.freeRounds, mem.overShare = 0, true
 		default:

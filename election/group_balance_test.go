@@ -185,3 +185,52 @@ func TestGroupLeaseEdge(t *testing.T) {
 		must(t, "Run", g.stop())
 	})
 }
+
+// TestGroupBalanceColdStart: two balanced Groups started together over
+// eight namespaces each lead their share of four, and neither ever leads
+// more than share+1 on the way: in its first interval a Group takes at most
+// one seat, so the first to run a round, which counts itself alone, does
+// not take every seat and hand half of them over again.
+func TestGroupBalanceColdStart(t *testing.T) {
+	for _, tg := range testdb.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			ctx := testCtx(t)
+			_, db := testdb.Shared(t, tg)
+			nss := groupNamespaces(t, 8)
+			rec := electiontest.NewRecorder()
+			cfg := election.GroupConfig{Namespaces: nss, Interval: time.Second, Balance: true}
+			watch, stopWatch := context.WithCancel(ctx)
+			var runs [2]*groupRun
+			most := make(chan [2]int, 1)
+			started := make(chan struct{})
+			go func() {
+				var n [2]int
+				defer func() { most <- n }()
+				<-started
+				for watch.Err() == nil {
+					for i, r := range runs {
+						n[i] = max(n[i], len(r.g.Leading()))
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}()
+			runs[0] = startGroup(t, db, "a", rec, cfg, election.WithExpire(3*time.Second))
+			runs[1] = startGroup(t, db, "b", rec, cfg, election.WithExpire(3*time.Second))
+			close(started)
+			waitUntil(t, 30*time.Second, "each Group leads its share", func() bool {
+				counts, total := leadCounts(runs[:])
+				return total == len(nss) && counts[0] == 4 && counts[1] == 4
+			})
+			stopWatch()
+			if n := <-most; n[0] > 5 || n[1] > 5 {
+				t.Errorf("the Groups led at most %v namespaces on the way, want at most share+1 = 5 each", n)
+			}
+			for _, r := range runs {
+				must(t, "Run", r.stop())
+			}
+			if err := rec.Check().Err(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}

@@ -52,7 +52,7 @@ const sampleSize = 4
 func (g *Group) round(ctx context.Context, cause roundCause) error {
 	err := g.fullRound(ctx, cause)
 	g.box.lock()
-	quick := g.pace.allowed > 0
+	quick := g.pace.Quick()
 	g.box.unlock()
 	if err == nil && quick {
 		g.pruneLed(ctx)
@@ -194,9 +194,9 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	}
 	rand.Shuffle(len(attempts), func(i, j int) { attempts[i], attempts[j] = attempts[j], attempts[i] })
 	if g.cfg.Balance && out.Live > 0 {
-		attempts = g.balanceLocked(total, out.Live, attempts)
+		attempts = g.balanceLocked(start, total, out.Live, attempts)
 	}
-	if g.pace.allowed == 0 {
+	if !g.pace.Quick() {
 		// Shed: reported, and tried once the rounds are quick again.
 		for _, mem := range attempts {
 			mem.m.shedLocked(start)

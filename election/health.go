@@ -112,3 +112,24 @@ func (h *HealthCheck) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	fmt.Fprintln(w, "ok")
 }
+
+// health returns nil unless the machine believes it leads (it holds
+// leadership, or the work its OnStartedLeading began still runs) while
+// its last grant or renewal is older than its trust window plus tolerance.
+func (m *machine) health(tolerance time.Duration) error {
+	m.box.lock()
+	leading, renewed, now := m.cur != nil, m.renewed, m.clk.Now()
+	m.box.unlock()
+	if !leading && m.working.Load() == 0 {
+		return nil
+	}
+	if age := now.Sub(renewed); age > m.t.trust()+tolerance {
+		what := "leads"
+		if !leading {
+			what = "stopped leading, but its leader work is still running"
+		}
+		return fmt.Errorf("%w: namespace %q, candidate %s %s; last renewal %v ago, trust window %v, tolerance %v",
+			ErrUnhealthy, m.e.namespace, m.id, what, age.Round(time.Millisecond), m.t.trust(), tolerance)
+	}
+	return nil
+}
