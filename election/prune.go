@@ -2,6 +2,7 @@ package election
 
 import (
 	"context"
+	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -105,19 +106,23 @@ func (e *Election) scanIDs(ctx context.Context, conn gorm.ConnPool, ids *[]uuid.
 func (e *Election) pruneEvery() time.Duration { return 5 * e.expire }
 
 // maybePrune prunes nss (those e's candidate leads) at most every
-// pruneEvery, the first time pruneEvery after it was first asked, never
-// in the caller's transaction; failures are logged.
+// pruneEvery, the first time at least pruneEvery after it was first
+// asked, never in the caller's transaction; failures are logged.
 func (e *Election) maybePrune(ctx context.Context, opts []CallOption, nss []string) {
 	if len(opts) > 0 || len(nss) == 0 {
 		return
 	}
 	e.mu.Lock()
+	// Spread, so that the processes of a fleet started together do not
+	// all prune at once: the first prune comes 1 to 1.5 pruneEvery after
+	// the first ask, the next ones 1 to 1.2 pruneEvery apart.
+	every := e.pruneEvery()
 	if e.lastPrune.IsZero() {
-		e.lastPrune = time.Now()
+		e.lastPrune = time.Now().Add(rand.N(every/2 + 1))
 	}
-	due := time.Since(e.lastPrune) >= e.pruneEvery()
+	due := time.Since(e.lastPrune) >= every
 	if due {
-		e.lastPrune = time.Now()
+		e.lastPrune = time.Now().Add(rand.N(every/5 + 1))
 	}
 	e.mu.Unlock()
 	if !due {
