@@ -108,10 +108,19 @@ const joinBinds = 6
 // parameters are the n namespaces, then the duration (negative: rows
 // expired for longer than it). Rows: namespace, candidate_id. Each is then
 // deleted by its primary key with Prune, so that a candidate that came back
-// since is kept and no range is locked.
+// since is kept and no range is locked. On PostgreSQL each namespace is
+// read by itself (LATERAL, OFFSET 0 so that it is not made a join),
+// through the primary key: for a Group's led namespaces, a share of the
+// table, the planner would scan it all.
 func BatchExpired(d Dialect, n int) string {
+	expired := candidateTime("c", "expires_at") + " < " + d.(pieces).nowPlus()
+	if _, ok := d.(postgres); ok {
+		return finish(d, "SELECT x.namespace, x.candidate_id FROM (VALUES "+strings.Repeat("(CAST(? AS text)), ", n-1)+"(CAST(? AS text))) AS a(ns) "+
+			"CROSS JOIN LATERAL (SELECT c.namespace, c.candidate_id FROM election_candidates c"+withMember("c")+
+			" WHERE c.namespace = a.ns AND "+expired+" OFFSET 0) x")
+	}
 	return finish(d, "SELECT c.namespace, c.candidate_id FROM election_candidates c"+withMember("c")+" WHERE c.namespace IN ("+marks(n)+
-		") AND "+candidateTime("c", "expires_at")+" < "+d.(pieces).nowPlus())
+		") AND "+expired)
 }
 
 // MembersExpired lists the member rows that expired before the database
