@@ -39,17 +39,17 @@ func (g *Group) callableLocked(mem *member) bool {
 }
 
 // withinLocked reports whether, with Balance, one more seat beside batch
-// already chosen keeps the Group within its share, or one above it when
-// the round allowed mem there (viaRound and mem.overShare); always true
-// without Balance. g.box is held.
+// already chosen keeps the Group within its share, or one above it when the
+// round allowed mem there (viaRound, mem.overShare); g.box is held.
 func (g *Group) withinLocked(mem *member, viaRound bool, batch int) bool {
 	switch n := g.box.leading + batch; {
 	case !g.cfg.Balance:
 		return true
 	case viaRound && mem.overShare:
 		return n <= g.shareLocked()
+	default:
+		return n < g.shareLocked()
 	}
-	return g.box.leading+batch < g.shareLocked()
 }
 
 // shareLocked is the most seats the Group's own takes may bring it to
