@@ -479,6 +479,12 @@ func TakeSeats(ctx context.Context, conn gorm.ConnPool, d Dialect, member uuid.U
 // pgTakeSeats is TakeSeats' statement. Parameters: the namespaces (a text
 // array), member id, expiry window, hostname, pid, label, the end reason of
 // a lapsed term.
+//
+// It inserts only the namespaces without a row in its snapshot: an insert
+// that met a row another take is changing would wait for that take,
+// which may be waiting for one of this take's inserts (a deadlock two
+// takes over overlapping namespaces found at a cold start). Inserts of
+// the same new namespace by two takes still meet, in namespace order.
 func pgTakeSeats() string {
 	p := postgres{}
 	id, identity := "CAST($2 AS uuid)", "CAST($4 AS text), CAST($5 AS bigint), CAST($6 AS text)"
@@ -486,7 +492,8 @@ func pgTakeSeats() string {
 	return "WITH w AS (SELECT DISTINCT unnest(CAST($1 AS text[])) AS ns), " +
 		"c AS (SELECT clock_timestamp() AS n), " +
 		"i AS (INSERT INTO election_leaders (namespace, leader_id, term, lease_expires_at, acquired_at, updated_at) " +
-		"SELECT w.ns, " + id + ", 1, " + plus("c.n") + ", c.n, c.n FROM w, c ORDER BY w.ns ON CONFLICT (namespace) DO NOTHING " +
+		"SELECT w.ns, " + id + ", 1, " + plus("c.n") + ", c.n, c.n FROM w, c " +
+		"WHERE NOT EXISTS (SELECT 1 FROM election_leaders e WHERE e.namespace = w.ns) ORDER BY w.ns ON CONFLICT (namespace) DO NOTHING " +
 		"RETURNING namespace, term, lease_expires_at, acquired_at), " +
 		"k AS (SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at FROM election_leaders l JOIN w ON w.ns = l.namespace " +
 		"WHERE l.leader_id IS NULL OR l.lease_expires_at <= clock_timestamp() ORDER BY l.namespace FOR UPDATE OF l SKIP LOCKED), " +

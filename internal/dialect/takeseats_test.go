@@ -2,6 +2,7 @@ package dialect_test
 
 import (
 	"context"
+	"database/sql"
 	"slices"
 	"testing"
 	"time"
@@ -18,17 +19,9 @@ import (
 // they are, without waiting for the lock: a batch take never waits for a
 // leader's renewal nor makes one wait.
 func TestTakeSeatsSkipsLocked(t *testing.T) {
-	tg := testdb.Only(t, "postgres")
-	raw := testdb.Raw(t, testdb.Open(t, tg))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	base := testdb.Namespace(t)
+	raw, ctx, base, d := takeSeatsOn(t)
 	free, held, locked := base+".free", base+".held", base+".locked"
 	other, me := uuid.New(), uuid.New()
-	d, err := dialect.ByName("postgres")
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, q := range []struct {
 		sql  string
 		args []any
@@ -49,15 +42,7 @@ func TestTakeSeatsSkipsLocked(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	conn, err := raw.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "SET lock_timeout = '2s'"); err != nil {
-		t.Fatal(err)
-	}
-	grants, ok, err := dialect.TakeSeats(ctx, conn, d, me, []string{free, held, locked}, time.Minute, "host", 1, "", "expired")
+	grants, ok, err := dialect.TakeSeats(ctx, lockTimeoutConn(t, ctx, raw), d, me, []string{free, held, locked}, time.Minute, "host", 1, "", "expired")
 	if err != nil || !ok {
 		t.Fatalf("TakeSeats: ok %v, err %v (a wait for the locked row ends in lock_timeout)", ok, err)
 	}
@@ -78,4 +63,70 @@ func TestTakeSeatsSkipsLocked(t *testing.T) {
 	if leader.UUID != other {
 		t.Errorf("the held seat's leader is %v after TakeSeats, want %v", leader, other)
 	}
+}
+
+// TestTakeSeatsBesideAnotherTake: on PostgreSQL, a take whose batch
+// overlaps that of another take still open (a seat the other is granting,
+// a namespace it is inserting) grants what neither holds without waiting
+// for the other. Two takes at a cold start once deadlocked: one inserting
+// a namespace the other had just granted waited for it, while the other
+// waited for one of its inserts.
+func TestTakeSeatsBesideAnotherTake(t *testing.T) {
+	raw, ctx, base, d := takeSeatsOn(t)
+	// In namespace order: a new one only the second take wants, a free
+	// seat both want, a new one only the first wants.
+	mine, both, theirs := base+".a", base+".b", base+".c"
+	if _, err := raw.ExecContext(ctx, "INSERT INTO election_leaders (namespace, term, updated_at) VALUES ($1, 0, now())", both); err != nil {
+		t.Fatal(err)
+	}
+	first, err := raw.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = first.Rollback() }()
+	grants, _, err := dialect.TakeSeats(ctx, first, d, uuid.New(), []string{both, theirs}, time.Minute, "host", 1, "", "expired")
+	if err != nil || len(grants) != 2 {
+		t.Fatalf("the first take: %d grants, %v; want 2", len(grants), err)
+	}
+
+	grants, _, err = dialect.TakeSeats(ctx, lockTimeoutConn(t, ctx, raw), d, uuid.New(), []string{mine, both}, time.Minute, "host", 1, "", "expired")
+	if err != nil {
+		t.Fatalf("the second take waited for the first (a wait ends in lock_timeout): %v", err)
+	}
+	var got []string
+	for _, g := range grants {
+		got = append(got, g.Namespace)
+	}
+	if !slices.Equal(got, []string{mine}) {
+		t.Errorf("the second take granted %q, want only %q", got, mine)
+	}
+}
+
+// takeSeatsOn opens PostgreSQL for a TakeSeats test: the pool, a context
+// that ends with the test, the test's namespace and the dialect.
+func takeSeatsOn(t *testing.T) (*sql.DB, context.Context, string, dialect.Dialect) {
+	t.Helper()
+	raw := testdb.Raw(t, testdb.Open(t, testdb.Only(t, "postgres")))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	d, err := dialect.ByName("postgres")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw, ctx, testdb.Namespace(t), d
+}
+
+// lockTimeoutConn is a connection of raw on which a wait for a row lock
+// fails after 2 s.
+func lockTimeoutConn(t *testing.T, ctx context.Context, raw *sql.DB) *sql.Conn {
+	t.Helper()
+	conn, err := raw.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if _, err := conn.ExecContext(ctx, "SET lock_timeout = '2s'"); err != nil {
+		t.Fatal(err)
+	}
+	return conn
 }
