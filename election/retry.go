@@ -2,7 +2,6 @@ package election
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -103,34 +102,10 @@ func (e *Election) connectTimeout() time.Duration {
 	return min(max(e.expire/10, time.Second), 5*time.Second)
 }
 
-// boundConn runs statements on a pool with the connect bound of the
-// Election (connectTimeout) in their context: the calls' statements run
-// under the caller's context, which do cannot replace.
-type boundConn struct {
-	pool gorm.ConnPool
-	d    time.Duration
-}
-
-func (b boundConn) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
-	return b.pool.PrepareContext(dialect.WithConnectTimeout(ctx, b.d), query)
-}
-
-func (b boundConn) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	return b.pool.ExecContext(dialect.WithConnectTimeout(ctx, b.d), query, args...)
-}
-
-func (b boundConn) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	return b.pool.QueryContext(dialect.WithConnectTimeout(ctx, b.d), query, args...)
-}
-
-func (b boundConn) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	return b.pool.QueryRowContext(dialect.WithConnectTimeout(ctx, b.d), query, args...)
-}
-
 // once runs fn one time in scope sc.
 func (e *Election) once(ctx context.Context, sc scope, fn callFunc) error {
 	if sc == scopeStatements {
-		return fn(boundConn{e.conn(nil), e.connectTimeout()}, false)
+		return fn(dialect.BoundConn(e.conn(nil), e.connectTimeout()), false)
 	}
 	tx := e.db.WithContext(ctx).Begin(e.txOpts)
 	if tx.Error != nil {

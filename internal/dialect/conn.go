@@ -2,9 +2,12 @@ package dialect
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"sync/atomic"
 	"time"
+
+	"gorm.io/gorm"
 )
 
 // Discard reports whether a connection that returned err must leave the
@@ -57,6 +60,32 @@ type connectTimeoutKey struct{}
 // connect_timeout, and only when shorter than the default.
 func WithConnectTimeout(ctx context.Context, d time.Duration) context.Context {
 	return context.WithValue(ctx, connectTimeoutKey{}, d)
+}
+
+// BoundConn returns pool with every statement's context carrying d
+// (WithConnectTimeout): the statements run under their caller's context,
+// which the bound cannot replace.
+func BoundConn(pool gorm.ConnPool, d time.Duration) gorm.ConnPool { return boundConn{pool, d} }
+
+type boundConn struct {
+	pool gorm.ConnPool
+	d    time.Duration
+}
+
+func (b boundConn) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
+	return b.pool.PrepareContext(WithConnectTimeout(ctx, b.d), query)
+}
+
+func (b boundConn) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return b.pool.ExecContext(WithConnectTimeout(ctx, b.d), query, args...)
+}
+
+func (b boundConn) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return b.pool.QueryContext(WithConnectTimeout(ctx, b.d), query, args...)
+}
+
+func (b boundConn) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	return b.pool.QueryRowContext(WithConnectTimeout(ctx, b.d), query, args...)
 }
 
 // connectTimeoutFrom is the bound WithConnectTimeout put in ctx, if any.
