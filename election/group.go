@@ -108,15 +108,15 @@ type GroupConfig struct {
 // once; a wake-up that names no namespace (MySQL's, or a listener's
 // reconnection) runs one round.
 //
-// Rounds never wait for attempts: the attempts on free seats run beside
-// the rounds (on PostgreSQL all of a round's free seats in one statement,
-// elsewhere one Elect each), and a new round's reading replaces the list,
-// so a cold start with many free seats never delays the renewal of the
-// seats already won. Attempts are shed before renewals: while rounds are
-// slow (the database overloaded) the Group sends its rounds and little
-// else, and tries the free seats once they are quick again (see
-// OutcomeShed). A Group thus uses at most two of its pool's connections
-// for the election (plus the pool's listener on PostgreSQL).
+// Rounds never wait for attempts: the attempts on free seats run beside the
+// rounds (on PostgreSQL a round's free seats in one statement, in batches
+// that grow with quick rounds; elsewhere one Elect each), and a new round's
+// reading replaces the list, so a cold start with many free seats never
+// delays the renewal of the seats already won. Attempts are shed before
+// renewals: while rounds are slow (the database overloaded) the Group sends
+// its rounds and little else, and tries the free seats once they are quick
+// again (see OutcomeShed). A Group thus uses at most two of its pool's
+// connections for the election (plus its listener on PostgreSQL).
 //
 // In each namespace the Group follows the same rules as an Elector (the
 // package doc's "The engine"): the renewal is one statement fenced by the

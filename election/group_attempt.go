@@ -63,8 +63,9 @@ func (g *Group) shareLocked() int {
 }
 
 // paceLocked updates the attempts' budget after a round that took d and
-// ended with err: a round slower than a quarter of the interval, or failed,
-// sheds the attempts (internal/pace); g.box is held.
+// ended with err: a failed round, or one slower than a quarter of the
+// interval (an attempt of several round trips as slow must still fit in
+// the trust window), sheds the attempts (internal/pace); g.box is held.
 func (g *Group) paceLocked(d time.Duration, err error) {
 	slow := err != nil || d > g.t.interval/4
 	if now := g.clk.Now(); slow && now.Before(g.warm) {
@@ -86,13 +87,13 @@ func (g *Group) attempter(ctx context.Context) {
 	for ctx.Err() == nil {
 		select {
 		case w := <-g.woken:
-			g.tryWoken(ctx, w)
+			g.woke(ctx, w)
 			continue
 		default:
 		}
 		if dialect.TakesSeatsAtOnce(g.base.d) {
 			if mems := g.nextQueued(pace.Max); len(mems) > 0 {
-				g.takeSeats(ctx, mems)
+				g.takeSeats(ctx, mems, causeTick)
 				continue
 			}
 		} else if mems := g.nextQueued(1); len(mems) > 0 {
@@ -103,11 +104,15 @@ func (g *Group) attempter(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case w := <-g.woken:
-			g.tryWoken(ctx, w)
+			g.woke(ctx, w)
 		case <-g.queued:
 		}
 	}
 }
+
+// edgeGather: a batch of lease edges waits this long (in real time) for
+// the edges that fire with its first.
+const edgeGather = 2 * time.Millisecond
 
 // beginAttemptLocked marks mem as tried; g.box is held.
 func (g *Group) beginAttemptLocked(mem *member) {
@@ -117,10 +122,12 @@ func (g *Group) beginAttemptLocked(mem *member) {
 }
 
 // nextQueued takes up to n seats of the queue the Group may try, marked as
-// tried; none when the budget is spent.
+// tried, within the seats the budget allows this round; none when the
+// budget is spent.
 func (g *Group) nextQueued(n int) []*member {
 	g.box.lock()
 	defer g.box.unlock()
+	n = min(n, g.pace.Batch())
 	now := g.clk.Now()
 	var out []*member
 	for len(g.queue) > 0 && len(out) < n {
@@ -139,39 +146,58 @@ func (g *Group) nextQueued(n int) []*member {
 		g.beginAttemptLocked(mem)
 		out = append(out, mem)
 	}
+	g.pace.Took(len(out))
 	return out
 }
 
-// tryWoken tries the seat a wake names, if the Group may.
-func (g *Group) tryWoken(ctx context.Context, w wakeup) {
-	mem := w.mem
-	mem.pending.Store(false)
-	g.box.lock()
-	now := g.clk.Now()
-	ok := g.callableLocked(mem) && g.withinLocked(mem, false, 0) && g.pace.Spend()
-	if ok && w.sig.kind == sigEdge {
-		ok = mem.m.mayTryLocked(now)
-	} else if ok {
-		ok = mem.m.wokenLocked(w.sig, now)
+// woke tries the seat a wake names, if the Group may; where one statement
+// takes many seats, with those of the lease edges that fire with it (a
+// crashed process's leases end together) in one batch take.
+func (g *Group) woke(ctx context.Context, w wakeup) {
+	ws, batch, edges := []wakeup{w}, dialect.TakesSeatsAtOnce(g.base.d), []*member(nil)
+	if batch && w.sig.kind == sigEdge {
+		ws = pace.Gather(ctx, g.woken, w, edgeGather)
+	}
+	for _, w := range ws {
+		mem, edge := w.mem, w.sig.kind == sigEdge
+		mem.pending.Store(false)
+		g.box.lock()
+		now := g.clk.Now()
+		ok := g.callableLocked(mem) && g.withinLocked(mem, false, len(edges))
+		switch {
+		case ok && edge && batch:
+			ok = g.pace.Batch() > 0 && (len(edges) > 0 || g.pace.Spend()) && mem.m.mayTryLocked(now)
+		case ok && edge:
+			ok = g.pace.Spend() && mem.m.mayTryLocked(now)
+		case ok:
+			ok = g.pace.Spend() && mem.m.wokenLocked(w.sig, now)
+			if ok {
+				mem.m.wokeLocked(w.sig.src)
+			}
+		}
 		if ok {
-			mem.m.wokeLocked(w.sig.src)
+			g.beginAttemptLocked(mem)
+		}
+		if ok && edge && batch {
+			edges = append(edges, mem)
+			g.pace.Took(1)
+		}
+		g.box.unlock()
+		switch {
+		case !ok || edge && batch:
+		case edge:
+			g.attempt(ctx, mem, causeEdge)
+		default:
+			// The seat is changing hands: take the locked path, which
+			// waits for the vacating transaction rather than read the
+			// old holder.
+			mem.m.e.forgetSeat()
+			g.attempt(ctx, mem, wakeCause(w.sig.src))
 		}
 	}
-	if ok {
-		g.beginAttemptLocked(mem)
+	if len(edges) > 0 {
+		g.takeSeats(ctx, edges, causeEdge)
 	}
-	g.box.unlock()
-	if !ok {
-		return
-	}
-	cause := causeEdge
-	if w.sig.kind == sigWake {
-		// The seat is changing hands: take the locked path, which waits
-		// for the vacating transaction rather than read the old holder.
-		mem.m.e.forgetSeat()
-		cause = wakeCause(w.sig.src)
-	}
-	g.attempt(ctx, mem, cause)
 }
 
 // attempt runs Elect on mem's seat, which the caller marked as tried, and
@@ -217,7 +243,7 @@ func (g *Group) attemptedLocked(mem *member, r result) {
 // tried, in one statement (TakeSeats), and hands each its grant or, for a
 // seat found held, the seat as it is: a batch at a cold start costs one
 // statement, not one transaction a seat.
-func (g *Group) takeSeats(ctx context.Context, mems []*member) {
+func (g *Group) takeSeats(ctx context.Context, mems []*member, cause roundCause) {
 	start := g.clk.Now()
 	actx, cancel := context.WithTimeout(ctx, g.t.trust())
 	defer cancel()
@@ -241,7 +267,7 @@ func (g *Group) takeSeats(ctx context.Context, mems []*member) {
 	}
 	g.box.lock()
 	for _, mem := range mems {
-		r := result{start: start, cause: causeTick, err: err}
+		r := result{start: start, cause: cause, err: err}
 		if l, ok := granted[mem.ns]; ok {
 			r.lease = l
 			mem.seen = true

@@ -11,38 +11,65 @@
 // free seats are taken once the rounds are quick again, without a retry
 // storm.
 //
+// Where one statement takes many seats (a batch take), the seats per batch
+// grow the same way: FirstBatch after a slow round or at the start, twice
+// as many after each quick round. A fleet that starts together, or comes
+// back after a stall, adds its leases in steps the rounds can renew,
+// rather than each process taking its whole share in one statement whose
+// renewals then miss the trust window.
+//
 // A Budget is not safe for concurrent use: its owner's lock guards it.
 package pace
+
+import (
+	"context"
+	"time"
+)
 
 // Max is the budget of a healthy Group: as many attempts as there are free
 // seats, in practice.
 const Max = 1 << 16
 
+// FirstBatch is the most seats a batch take may take at the start and
+// after a slow round.
+const FirstBatch = 128
+
 // Budget is the attempts allowed per round interval (a batch take counts
-// one) and those spent since the last round.
+// one) and those spent since the last round, and the seats a batch may
+// take.
 type Budget struct {
 	allowed, used int
+	batch, took   int // seats per round for batch takes, and taken since the last round
 }
 
-// New returns a healthy budget, Max.
-func New() Budget { return Budget{allowed: Max} }
+// New returns a healthy budget, Max attempts, whose batches begin at
+// FirstBatch seats.
+func New() Budget { return Budget{allowed: Max, batch: FirstBatch} }
 
 // Round updates the budget after a round, slow or not. It reports whether
 // a slow round has just begun the shedding (attempts were allowed before
 // it), for the caller to say so once.
 func (b *Budget) Round(slow bool) (began bool) {
-	b.used = 0
+	b.used, b.took = 0, 0
 	switch {
 	case slow:
 		began = b.allowed > 0
-		b.allowed = 0
+		b.allowed, b.batch = 0, FirstBatch
 	case b.allowed == 0:
 		b.allowed = 1
 	default:
 		b.allowed = min(2*b.allowed, Max)
+		b.batch = min(2*b.batch, Max)
 	}
 	return began
 }
+
+// Batch is the most seats the next batch take may take: what is left of
+// this round's.
+func (b *Budget) Batch() int { return max(b.batch-b.took, 0) }
+
+// Took counts n seats a batch take is about to take.
+func (b *Budget) Took(n int) { b.took += n }
 
 // Spend takes one attempt from the budget, if one is left.
 func (b *Budget) Spend() bool {
@@ -53,8 +80,30 @@ func (b *Budget) Spend() bool {
 	return true
 }
 
-// Failed halves the budget after a failed attempt.
-func (b *Budget) Failed() { b.allowed /= 2 }
+// Failed halves the budget, and the batch, after a failed attempt.
+func (b *Budget) Failed() {
+	b.allowed /= 2
+	b.batch = max(b.batch/2, FirstBatch)
+}
 
 // Quick reports whether attempts are allowed: the last round was quick.
 func (b *Budget) Quick() bool { return b.allowed > 0 }
+
+// Gather returns first and whatever else arrives on ch within d of the
+// call, or until ctx ends: signals that fire together, handled as one
+// batch.
+func Gather[T any](ctx context.Context, ch <-chan T, first T, d time.Duration) []T {
+	out := []T{first}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case v := <-ch:
+			out = append(out, v)
+		case <-t.C:
+			return out
+		case <-ctx.Done():
+			return out
+		}
+	}
+}

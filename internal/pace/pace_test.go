@@ -48,3 +48,49 @@ func TestBudget(t *testing.T) {
 		t.Errorf("budget %d after many quick rounds, want Max %d", b.allowed, Max)
 	}
 }
+
+// TestBatch: a batch take begins at FirstBatch seats per round, doubles
+// with each quick round, comes back to FirstBatch after a slow one, halves
+// (not below FirstBatch) after a failure, and the seats taken count until
+// the next round.
+func TestBatch(t *testing.T) {
+	b := New()
+	if got := b.Batch(); got != FirstBatch {
+		t.Fatalf("a new budget's batch is %d seats, want %d", got, FirstBatch)
+	}
+	b.Took(FirstBatch - 8)
+	if got := b.Batch(); got != 8 {
+		t.Fatalf("%d seats left of the round's batch after taking %d, want 8", got, FirstBatch-8)
+	}
+	b.Took(8)
+	if got := b.Batch(); got != 0 {
+		t.Fatalf("%d seats left once the round's batch is taken, want 0", got)
+	}
+	b.Round(false)
+	b.Round(false)
+	if got := b.Batch(); got != 4*FirstBatch {
+		t.Fatalf("batch %d after two quick rounds, want %d", got, 4*FirstBatch)
+	}
+	b.Failed()
+	if got := b.Batch(); got != 2*FirstBatch {
+		t.Fatalf("batch %d after a failure, want %d", got, 2*FirstBatch)
+	}
+	b.Failed()
+	b.Failed()
+	if got := b.Batch(); got != FirstBatch {
+		t.Fatalf("batch %d after three failures, want at least %d", got, FirstBatch)
+	}
+	for range 3 {
+		b.Round(false)
+	}
+	b.Round(true)
+	if got := b.Batch(); got != FirstBatch {
+		t.Fatalf("batch %d after a slow round, want %d", got, FirstBatch)
+	}
+	for range 40 {
+		b.Round(false)
+	}
+	if got := b.Batch(); got != Max {
+		t.Errorf("batch %d after many quick rounds, want Max %d", got, Max)
+	}
+}

@@ -1,0 +1,72 @@
+package election_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sqlelect/sqlelect/election"
+	"github.com/sqlelect/sqlelect/internal/rtcount"
+	"github.com/sqlelect/sqlelect/internal/testdb"
+)
+
+// TestGroupTakesLapsedSeatsInOneStatement: on PostgreSQL, where one
+// statement takes many seats, a Group that follows a leader whose leases
+// end together (a crashed process: its leases were renewed in one
+// statement) takes them at their edge in batch takes, not in one
+// transaction a seat. Every lease ends at once, so the lease edges reach
+// the Group before any round could queue the seats.
+func TestGroupTakesLapsedSeatsInOneStatement(t *testing.T) {
+	tg := testdb.Only(t, "postgres")
+	const n = 64
+	var begins, takes atomic.Int64
+	c := &rtcount.Counter{Observe: func(k rtcount.Kind, q string) {
+		switch {
+		case k == rtcount.Begin:
+			begins.Add(1)
+		case strings.HasPrefix(q, "WITH w AS (SELECT DISTINCT unnest("):
+			takes.Add(1)
+		}
+	}}
+	db, _ := openCountedWith(t, tg, c)
+	testdb.Raw(t, db).SetMaxOpenConns(3)
+	raw := testdb.Raw(t, testdb.Open(t, tg))
+	nss := groupNamespaces(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// The crashed leader: every lease ends 1.5 s from now, by the
+	// database clock.
+	crashed := uuid.New()
+	for i, ns := range nss {
+		if _, err := raw.ExecContext(ctx, "INSERT INTO election_leaders (namespace, leader_id, term, lease_expires_at, acquired_at, updated_at) "+
+			"VALUES ($1, $2, $3, clock_timestamp() + interval '1500 milliseconds', now(), now())", ns, crashed, int64(i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	begins.Store(0) // the migrations'
+	r := runGroup(t, db, uuid.New(), election.GroupConfig{Namespaces: nss, Interval: 600 * time.Millisecond}, election.WithExpire(2*time.Second))
+	defer func() { must(t, "Run", r.stop()) }()
+	waitUntil(t, 30*time.Second, "the Group leads every namespace", func() bool { return len(r.g.Leading()) == n })
+	if b := begins.Load(); b != 0 {
+		t.Errorf("%d transactions began on the way to leading %d lapsed seats, want 0 (one statement takes many)", b, n)
+	}
+	// A few batches: the edges fire within a moment of each other, and a
+	// take sent a little before the database's end of the leases is
+	// tried again at the end.
+	if k := takes.Load(); k < 1 || k > n/4 {
+		t.Errorf("%d batch takes for %d seats whose leases ended together, want 1 to %d", k, n, n/4)
+	}
+	for _, ns := range nss {
+		var leader uuid.UUID
+		if err := raw.QueryRowContext(ctx, "SELECT leader_id FROM election_leaders WHERE namespace = $1", ns).Scan(&leader); err != nil {
+			t.Fatal(err)
+		}
+		if leader != r.g.ID() {
+			t.Fatalf("%s led by %v in the table, want the Group %v", ns, leader, r.g.ID())
+		}
+	}
+}
