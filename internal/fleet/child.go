@@ -10,6 +10,8 @@ import (
 	"maps"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"syscall"
@@ -52,6 +54,11 @@ type Config struct {
 	// StatsEvery is how often the process reports its counts; zero is
 	// 500 ms.
 	StatsEvery time.Duration `json:"stats_every,omitempty"`
+	// CPUProfile, when set, is a directory where the process writes a CPU
+	// profile (cpu-<pid>.prof) of its first CPUProfileFor, or of its whole
+	// life when that is zero.
+	CPUProfile    string        `json:"cpu_profile,omitempty"`
+	CPUProfileFor time.Duration `json:"cpu_profile_for,omitempty"`
 	// History is the file the process writes its electiontest history to
 	// when it stops; the fleet sets it.
 	History string `json:"history,omitempty"`
@@ -118,6 +125,13 @@ type event struct {
 // runChild is the body of a candidate process: a Group over the fleet's
 // namespaces, reporting on out, until SIGTERM or an interrupt.
 func runChild(cfg Config, out io.Writer) error {
+	if cfg.CPUProfile != "" {
+		stop, err := profileCPU(cfg.CPUProfile, cfg.CPUProfileFor)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	c := &rtcount.Counter{}
 	var (
 		qmu    sync.Mutex
@@ -286,6 +300,11 @@ func (o *childObserver) LeadershipStopped(l election.Leadership) {
 	o.emit(event{Kind: "stopped", Namespace: l.Namespace, Term: l.Lease.Term, Reason: string(l.Reason)})
 	if o.trace {
 		o.count("stopped " + string(l.Reason))
+		if l.Reason == election.StopSteppedDown {
+			// A term stepped down soon after it began was not renewed
+			// once; a longer one stopped being renewed.
+			o.count(fmt.Sprintf("stopped %s after a tenure under %v", l.Reason, tenureBucket(l.Tenure)))
+		}
 	}
 }
 
@@ -302,4 +321,35 @@ func cpuSeconds() float64 {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+// tenureBucket is the smallest of a few bounds above d, for the trace.
+func tenureBucket(d time.Duration) time.Duration {
+	for _, b := range []time.Duration{time.Second, 2 * time.Second, 5 * time.Second, time.Minute} {
+		if d < b {
+			return b
+		}
+	}
+	return time.Hour
+}
+
+// profileCPU starts a CPU profile of this process in dir, which stops
+// after d (unless d is zero) or when stop is called.
+func profileCPU(dir string, d time.Duration) (stop func(), err error) {
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("cpu-%d.prof", os.Getpid())))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	stop = sync.OnceFunc(func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	})
+	if d > 0 {
+		time.AfterFunc(d, stop)
+	}
+	return stop, nil
 }

@@ -68,6 +68,8 @@ type options struct {
 	steady     time.Duration
 	conns      int
 	trace      bool
+	cpuProfile string        // a directory for each process's CPU profile
+	profileFor time.Duration // of its first profileFor (0: its whole life)
 	overload   overload
 	rows       rowStats
 	electionDB *gorm.DB
@@ -109,6 +111,8 @@ func parent() error {
 	plotFile := flag.String("plot", "", "write an SVG plot of the cost against the namespaces to this file: statements per process per interval, rows written and rows read per interval")
 	conns := flag.Int("conns", 3, "the most connections a candidate process opens (SetMaxOpenConns; one fewer are kept idle, for an expiry window)")
 	trace := flag.Bool("trace", false, "after each window, list its statements by kind and text, with the outcomes and stops")
+	cpuProfile := flag.String("cpuprofile", "", "write each candidate process's CPU profile to this directory (cpu-<pid>.prof; merge them with go tool pprof)")
+	profileFor := flag.Duration("cpuprofile-for", 0, "profile only each process's first this long (a cold start); 0: its whole life")
 	database := flag.String("database", "sqlelect_scale", "on PostgreSQL and MySQL, measure in this database (created when missing, and dropped again if this run created it); empty: the DSN's own")
 	userstat := flag.Bool("mysql-userstat", false, "on MariaDB with performance_schema and userstat off, turn userstat on for the run (SET GLOBAL; turned off again at the end) to count rows")
 	latency := flag.Duration("overload-latency", 0, "after the steady window, add this latency to every round trip (through a proxy per process) for -overload-for")
@@ -118,6 +122,7 @@ func parent() error {
 	flag.Parse()
 
 	o := options{db: *dbName, expire: *expire, steady: *steady, conns: *conns, trace: *trace,
+		cpuProfile: *cpuProfile, profileFor: *profileFor,
 		overload: overload{latency: *latency, stall: *stall, hold: *hold, after: *after}}
 	switch {
 	case *latency > 0 && *stall > 0:

@@ -64,7 +64,7 @@ func measure(ctx context.Context, o options, dsn string, m, p int, balance bool)
 		Procs: p,
 		Config: fleet.Config{
 			DSN: dsn, Prefix: prefix, Namespaces: m, Expire: o.expire, Balance: balance,
-			Conns: o.conns, Trace: o.trace,
+			Conns: o.conns, Trace: o.trace, CPUProfile: o.cpuProfile, CPUProfileFor: o.profileFor,
 		},
 		Command: func() *exec.Cmd { return exec.Command(self) },
 		Proxy:   o.overload.on(),
@@ -82,6 +82,9 @@ func measure(ctx context.Context, o options, dsn string, m, p int, balance bool)
 		return result{}, fmt.Errorf("cold start: %w after %v", err, time.Since(f.Started()).Round(time.Millisecond))
 	}
 	cold := led.Sub(f.Started())
+	if o.trace {
+		printTrace(os.Stderr, fmt.Sprintf("%d x %d, balance %s, cold start", m, p, onOff(balance)), nil, f.Trace(), cold.Seconds(), p)
+	}
 	// With balancing, wait until the shares settle before the window.
 	settle := time.Now().Add(30 * time.Second)
 	for balance && f.MaxLed() > share+1 && time.Now().Before(settle) {
