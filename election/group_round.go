@@ -47,8 +47,8 @@ type heldSeat struct {
 const sampleSize = 4
 
 // round is one round over every namespace but those being left or tried
-// at the moment (an attempt reads the seat itself), then, now and then,
-// the prune.
+// at the moment (an attempt reads the seat itself) and those whose
+// candidate rows wait for a later round, then, now and then, the prune.
 func (g *Group) round(ctx context.Context, cause roundCause) error {
 	err := g.fullRound(ctx, cause)
 	g.box.lock()
@@ -65,7 +65,8 @@ func (g *Group) round(ctx context.Context, cause roundCause) error {
 
 // fullRound is round without the prune: one dialect.GroupRound, which
 // refreshes the Group's member row, renews the leases it holds, writes the
-// candidate rows of the namespaces joined since the last round, and reads
+// candidate rows of the namespaces joined since (as many as the budget
+// allows: joinLaterLocked), and reads
 // the seats that concern it, whose results it hands to the machines.
 func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	start := g.clk.Now()
@@ -75,12 +76,13 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 		Expire: g.base.expire, Horizon: g.t.interval, Lapsed: g.base.expire}
 	var held []heldSeat
 	members := make(map[string]*member, len(g.members))
+	later := g.joinLaterLocked()
 	for ns, mem := range g.members {
 		if mem.leaving {
 			continue
 		}
 		total++
-		if mem.attempting {
+		if mem.attempting || later[ns] {
 			continue
 		}
 		in.Joined = append(in.Joined, ns)
@@ -207,6 +209,27 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	return nil
 }
 
+// joinLaterLocked is the namespaces whose candidate rows wait for a later
+// round, past the rows the budget lets this one write (pace): it writes
+// the first in order (those a balanced round samples); the others are
+// neither read nor tried until theirs are written. g.box is held.
+func (g *Group) joinLaterLocked() (later map[string]bool) {
+	var fresh []string
+	for ns, mem := range g.members {
+		if !mem.written && !mem.leaving && !mem.attempting {
+			fresh = append(fresh, ns)
+		}
+	}
+	if n := g.pace.Joins(); len(fresh) > n {
+		slices.Sort(fresh)
+		later = make(map[string]bool, len(fresh)-n)
+		for _, ns := range fresh[n:] {
+			later[ns] = true
+		}
+	}
+	return later
+}
+
 // pruneLed prunes the namespaces the Group leads, as an Elector does its
 // one (Election.maybePrune): after a round, never in it.
 func (g *Group) pruneLed(ctx context.Context) {
@@ -222,8 +245,6 @@ func (g *Group) pruneLed(ctx context.Context) {
 	defer cancel()
 	g.batch.maybePrune(pctx, nil, led)
 }
-
-// unregister deletes the Group's candidate rows in namespaces nss, in one
 
 // shutdown is the end of Run: no round or attempt runs any more.
 func (g *Group) shutdown(ctx context.Context, err error) error {

@@ -18,6 +18,14 @@
 // rather than each process taking its whole share in one statement whose
 // renewals then miss the trust window.
 //
+// A Group's first rounds write its candidate rows, one per namespace
+// joined: at most FirstJoins in a round at the start, twice as many after
+// each quick round, half as many (never fewer than FirstJoins) after a
+// slow one. A fleet of many namespaces that starts together writes its
+// rows over a few rounds, each quick enough to renew in, rather than each
+// process writing every row in its first round, a round that outlasts the
+// trust window when many start at once, fails and is sent again.
+//
 // A Budget is not safe for concurrent use: its owner's lock guards it.
 package pace
 
@@ -34,17 +42,23 @@ const Max = 1 << 16
 // after a slow round.
 const FirstBatch = 128
 
+// FirstJoins is the most candidate rows a Group's round writes at the
+// start.
+const FirstJoins = 1024
+
 // Budget is the attempts allowed per round interval (a batch take counts
-// one) and those spent since the last round, and the seats a batch may
-// take.
+// one) and those spent since the last round, the seats a batch may take,
+// and the candidate rows the next round may write.
 type Budget struct {
 	allowed, used int
 	batch, took   int // seats per round for batch takes, and taken since the last round
+	joins         int // candidate rows the next round may write
 }
 
 // New returns a healthy budget, Max attempts, whose batches begin at
-// FirstBatch seats.
-func New() Budget { return Budget{allowed: Max, batch: FirstBatch} }
+// FirstBatch seats and whose rounds write FirstJoins candidate rows at
+// first.
+func New() Budget { return Budget{allowed: Max, batch: FirstBatch, joins: FirstJoins} }
 
 // Round updates the budget after a round, slow or not. It reports whether
 // a slow round has just begun the shedding (attempts were allowed before
@@ -55,14 +69,20 @@ func (b *Budget) Round(slow bool) (began bool) {
 	case slow:
 		began = b.allowed > 0
 		b.allowed, b.batch = 0, FirstBatch
+		b.joins = max(b.joins/2, FirstJoins)
+		return began
 	case b.allowed == 0:
 		b.allowed = 1
 	default:
 		b.allowed = min(2*b.allowed, Max)
 		b.batch = min(2*b.batch, Max)
 	}
+	b.joins = min(2*b.joins, Max)
 	return began
 }
+
+// Joins is the most candidate rows the next round may write.
+func (b *Budget) Joins() int { return b.joins }
 
 // Batch is the most seats the next batch take may take: what is left of
 // this round's.

@@ -94,3 +94,38 @@ func TestBatch(t *testing.T) {
 		t.Errorf("batch %d after many quick rounds, want Max %d", got, Max)
 	}
 }
+
+func TestJoins(t *testing.T) {
+	b := New()
+	if got := b.Joins(); got != FirstJoins {
+		t.Fatalf("a new budget's round writes %d candidate rows, want %d", got, FirstJoins)
+	}
+	b.Round(false)
+	b.Round(false)
+	if got := b.Joins(); got != 4*FirstJoins {
+		t.Fatalf("%d rows after two quick rounds, want %d", got, 4*FirstJoins)
+	}
+	b.Failed() // an attempt's failure leaves the rows alone
+	if got := b.Joins(); got != 4*FirstJoins {
+		t.Fatalf("%d rows after a failed attempt, want %d", got, 4*FirstJoins)
+	}
+	b.Round(true)
+	if got := b.Joins(); got != 2*FirstJoins {
+		t.Fatalf("%d rows after a slow round, want half, %d", got, 2*FirstJoins)
+	}
+	b.Round(true)
+	b.Round(true)
+	if got := b.Joins(); got != FirstJoins {
+		t.Fatalf("%d rows after three slow rounds, want at least %d", got, FirstJoins)
+	}
+	b.Round(false) // the first quick round after slow ones
+	if got := b.Joins(); got != 2*FirstJoins {
+		t.Fatalf("%d rows after a quick round, want %d", got, 2*FirstJoins)
+	}
+	for range 40 {
+		b.Round(false)
+	}
+	if got := b.Joins(); got != Max {
+		t.Errorf("%d rows after many quick rounds, want Max %d", got, Max)
+	}
+}

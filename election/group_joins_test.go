@@ -1,0 +1,118 @@
+package election
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sqlelect/sqlelect/internal/pace"
+	"github.com/sqlelect/sqlelect/internal/testdb"
+	"github.com/sqlelect/sqlelect/migrate"
+)
+
+// TestGroupWritesCandidateRowsInSteps: a Group of more namespaces than a
+// round may write candidate rows for (pace.FirstJoins) writes them over
+// its first rounds, the first namespaces in order first (the ones a
+// balanced round samples), and neither reads nor takes a seat before its
+// row is written; then it takes the seats of the later ones too.
+func TestGroupWritesCandidateRowsInSteps(t *testing.T) {
+	const n = pace.FirstJoins + 300
+	for _, tg := range testdb.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			dsn := tg.DSN
+			if tg.Name == "sqlite" {
+				dsn = "sqlite:" + filepath.Join(t.TempDir(), "joins.db")
+			}
+			db := testdb.OpenDSN(t, dsn)
+			ctx := electorCtx(t)
+			if err := migrate.Up(ctx, db); err != nil {
+				t.Fatal(err)
+			}
+			raw := testdb.Raw(t, testdb.OpenDSN(t, dsn))
+			prefix := uuid.NewString()[:8]
+			nss := make([]string, n)
+			for i := range nss {
+				nss[i] = fmt.Sprintf("%s-%05d", prefix, i)
+			}
+			// Joined out of order: the Group sorts them itself.
+			shuffled := slices.Clone(nss)
+			slices.Reverse(shuffled)
+			g, err := NewGroup(ctx, db, uuid.New(), GroupConfig{Namespaces: shuffled, Interval: 200 * time.Millisecond}, WithLogger(silent))
+			if err != nil {
+				t.Fatal(err)
+			}
+			q := "SELECT namespace FROM election_candidates WHERE member_id = ? ORDER BY namespace"
+			if tg.Name == "postgres" {
+				q = "SELECT namespace FROM election_candidates WHERE member_id = $1 ORDER BY namespace"
+			}
+			type step struct {
+				rows    []string
+				leading []string
+			}
+			steps := make(chan step, 1024)
+			g.hooks.round = func(rr roundReport) {
+				if rr.err != nil {
+					return
+				}
+				var st step
+				st.leading = g.Leading()
+				rows, err := raw.QueryContext(ctx, q, g.ID())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				defer rows.Close()
+				for rows.Next() {
+					var ns string
+					if err := rows.Scan(&ns); err != nil {
+						t.Error(err)
+						return
+					}
+					st.rows = append(st.rows, ns)
+				}
+				select {
+				case steps <- st:
+				default:
+				}
+			}
+			rctx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- g.Run(rctx) }()
+			defer func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			}()
+
+			first := <-steps
+			if !slices.Equal(first.rows, nss[:pace.FirstJoins]) {
+				t.Fatalf("the first round wrote %d candidate rows (%v ... ), want the first %d namespaces in order",
+					len(first.rows), first.rows[:min(3, len(first.rows))], pace.FirstJoins)
+			}
+			deadline := time.After(time.Minute)
+			for st := first; ; {
+				for _, ns := range st.leading {
+					if _, written := slices.BinarySearch(st.rows, ns); !written {
+						t.Fatalf("the Group leads %s before its candidate row is written", ns)
+					}
+				}
+				later := slices.ContainsFunc(st.leading, func(ns string) bool { return ns >= nss[pace.FirstJoins] })
+				if len(st.rows) == n && later {
+					break
+				}
+				select {
+				case st = <-steps:
+				case <-deadline:
+					t.Fatalf("after a minute the Group has %d of %d candidate rows and leads %d namespaces, none past the first %d",
+						len(st.rows), n, len(st.leading), pace.FirstJoins)
+				}
+			}
+		})
+	}
+}
