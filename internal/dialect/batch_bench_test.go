@@ -25,7 +25,7 @@ func BenchmarkGroupRound(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	for _, n := range []int{16, 128, 1000} {
+	for _, n := range []int{16, 128, 1000, 10000} {
 		prefix := fmt.Sprintf("zz-bench-round-%s-", uuid.NewString()[:8])
 		names := make([]string, n)
 		for i := range names {
@@ -38,20 +38,22 @@ func BenchmarkGroupRound(b *testing.B) {
 		me := cands[0]
 		var held []string
 		var terms []int64
+		leaders := make([]string, n)
 		for i, ns := range names {
-			leader := cands[i%len(cands)]
-			if _, err := raw.ExecContext(ctx, "INSERT INTO election_leaders (namespace, leader_id, term, lease_expires_at, acquired_at, updated_at) "+
-				"VALUES ($1, $2, $3, clock_timestamp() + interval '1 hour', clock_timestamp(), clock_timestamp())", ns, leader, int64(i+1)); err != nil {
-				b.Fatal(err)
-			}
-			if leader == me {
+			leaders[i] = cands[i%len(cands)].String()
+			if cands[i%len(cands)] == me {
 				held, terms = append(held, ns), append(terms, int64(i+1))
 			}
-			for _, c := range cands {
-				if _, err := raw.ExecContext(ctx, "INSERT INTO election_candidates (namespace, candidate_id, registered_at, last_heartbeat_at, expires_at) "+
-					"VALUES ($1, $2, now(), now(), clock_timestamp() + interval '1 hour')", ns, c); err != nil {
-					b.Fatal(err)
-				}
+		}
+		if _, err := raw.ExecContext(ctx, "INSERT INTO election_leaders (namespace, leader_id, term, lease_expires_at, acquired_at, updated_at) "+
+			"SELECT ns, CAST(l AS uuid), k, clock_timestamp() + interval '1 hour', clock_timestamp(), clock_timestamp() "+
+			"FROM unnest(CAST($1 AS text[]), CAST($2 AS text[])) WITH ORDINALITY AS t(ns, l, k)", dialect.TextArray(names), dialect.TextArray(leaders)); err != nil {
+			b.Fatal(err)
+		}
+		for _, c := range cands {
+			if _, err := raw.ExecContext(ctx, "INSERT INTO election_candidates (namespace, candidate_id, registered_at, last_heartbeat_at, expires_at) "+
+				"SELECT ns, $2, now(), now(), clock_timestamp() + interval '1 hour' FROM unnest(CAST($1 AS text[])) AS t(ns)", dialect.TextArray(names), c); err != nil {
+				b.Fatal(err)
 			}
 		}
 		b.Cleanup(func() {
