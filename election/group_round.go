@@ -66,8 +66,8 @@ func (g *Group) round(ctx context.Context, cause roundCause) error {
 // fullRound is round without the prune: one dialect.GroupRound, which
 // refreshes the Group's member row, renews the leases it holds, writes the
 // candidate rows of the namespaces joined since (as many as the budget
-// allows: joinLaterLocked), and reads
-// the seats that concern it, whose results it hands to the machines.
+// allows: joinLaterLocked), and reads the seats that concern it, whose
+// results it hands to the machines.
 func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	start := g.clk.Now()
 	g.box.lock()

@@ -78,12 +78,16 @@ func measure(ctx context.Context, o options, dsn string, m, p int, balance bool)
 	share := (m + p - 1) / p
 
 	led, err := f.WaitAllLed(f.Started().Add(10*o.expire + 30*time.Second))
-	if err != nil {
-		return result{}, fmt.Errorf("cold start: %w after %v", err, time.Since(f.Started()).Round(time.Millisecond))
-	}
 	cold := led.Sub(f.Started())
+	if err != nil {
+		cold = time.Since(f.Started())
+	}
 	if o.trace {
+		// A failed cold start too: its statements say why.
 		printTrace(os.Stderr, fmt.Sprintf("%d x %d, balance %s, cold start", m, p, onOff(balance)), nil, f.Trace(), cold.Seconds(), p)
+	}
+	if err != nil {
+		return result{}, fmt.Errorf("cold start: %w after %v", err, cold.Round(time.Millisecond))
 	}
 	// With balancing, wait until the shares settle before the window.
 	settle := time.Now().Add(30 * time.Second)
