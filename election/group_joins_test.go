@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -114,5 +115,76 @@ func TestGroupWritesCandidateRowsInSteps(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestGroupWritesCandidateRowsAgainAfterLapse: on PostgreSQL, where a
+// round finds the free seats through the Group's candidate rows, a Group
+// whose member row lapsed for longer than a window, and whose candidate
+// rows a prune deleted meanwhile (a process paused that long), writes them
+// again: it stays a candidate, and keeps finding the free seats.
+func TestGroupWritesCandidateRowsAgainAfterLapse(t *testing.T) {
+	tg := testdb.Only(t, "postgres")
+	const n = 8
+	db := testdb.OpenDSN(t, tg.DSN)
+	ctx := electorCtx(t)
+	if err := migrate.Up(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	raw := testdb.Raw(t, testdb.OpenDSN(t, tg.DSN))
+	prefix := uuid.NewString()[:8]
+	nss := make([]string, n)
+	for i := range nss {
+		nss[i] = fmt.Sprintf("%s-%d", prefix, i)
+	}
+	// Another candidate leads every namespace, so the Group follows.
+	other := uuid.New()
+	for i, ns := range nss {
+		if _, err := raw.ExecContext(ctx, "INSERT INTO election_leaders (namespace, leader_id, term, lease_expires_at, acquired_at, updated_at) "+
+			"VALUES ($1, $2, $3, clock_timestamp() + interval '1 hour', now(), now())", ns, other, int64(i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g, err := NewGroup(ctx, db, uuid.New(), GroupConfig{Namespaces: nss, Interval: 100 * time.Millisecond}, WithLogger(silent))
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func() int {
+		var k int
+		if err := raw.QueryRowContext(ctx, "SELECT COUNT(*) FROM election_candidates WHERE member_id = $1", g.ID()).Scan(&k); err != nil {
+			t.Error(err)
+		}
+		return k
+	}
+	var rounds, pruned atomic.Int64
+	g.hooks.round = func(rr roundReport) {
+		if rr.err != nil || rounds.Add(1) != 3 {
+			return
+		}
+		if k := count(); k != n {
+			t.Errorf("%d candidate rows after three rounds, want %d", k, n)
+		}
+		// What a prune leaves of a member lapsed for longer than a window.
+		if _, err := raw.ExecContext(ctx, "UPDATE election_members SET expires_at = clock_timestamp() - interval '1 hour' WHERE member_id = $1", g.ID()); err != nil {
+			t.Error(err)
+		}
+		if _, err := raw.ExecContext(ctx, "DELETE FROM election_candidates WHERE member_id = $1", g.ID()); err != nil {
+			t.Error(err)
+		}
+		pruned.Store(1)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- g.Run(rctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	for deadline := time.Now().Add(30 * time.Second); pruned.Load() == 0 || count() != n; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d candidate rows 30 s after the member row lapsed and its rows were pruned (%d rounds)", count(), n, rounds.Load())
+		}
 	}
 }

@@ -145,6 +145,14 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	if out.Doubtful {
 		g.log.Warn("election: the seats read as renewed outnumber the rows the renewal changed; treating the leases as lost")
 	}
+	if out.Lapsed {
+		// A prune may have deleted the candidate rows: written again,
+		// from the next round.
+		for _, mem := range g.members {
+			mem.written = false
+			mem.m.e.rowsKept.Store(false)
+		}
+	}
 	for _, ns := range in.Join {
 		// The round wrote the candidate row, and the member row keeps it
 		// alive: attempts leave it alone.
@@ -211,12 +219,13 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 
 // joinLaterLocked is the namespaces whose candidate rows wait for a later
 // round, past the rows the budget lets this one write (pace): it writes
-// the first in order (those a balanced round samples); the others are
-// neither read nor tried until theirs are written. g.box is held.
+// the first in order (those a balanced round samples), and those it
+// leads; the others are neither read nor tried until theirs are written.
+// g.box is held.
 func (g *Group) joinLaterLocked() (later map[string]bool) {
 	var fresh []string
 	for ns, mem := range g.members {
-		if !mem.written && !mem.leaving && !mem.attempting {
+		if !mem.written && !mem.leaving && !mem.attempting && mem.m.cur == nil {
 			fresh = append(fresh, ns)
 		}
 	}

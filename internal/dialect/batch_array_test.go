@@ -244,3 +244,50 @@ func TestGroupRound(t *testing.T) {
 		})
 	}
 }
+
+// TestGroupRoundLapsed: on PostgreSQL a round reports a member row that
+// was missing, or expired for longer than the expiry window, before it
+// refreshed it (a prune may have deleted the member's candidate rows), and
+// not one that was live or expired for less.
+func TestGroupRoundLapsed(t *testing.T) {
+	db := testdb.Open(t, testdb.Only(t, "postgres"))
+	raw := testdb.Raw(t, db)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d, err := dialect.For(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	me, ns := uuid.New(), testdb.Namespace(t)
+	expire := 2 * time.Second
+	in := dialect.RoundIn{Member: me, Hostname: "host", PID: 1, Expire: expire, Horizon: time.Second, Lapsed: time.Minute,
+		Joined: []string{ns}, Read: []string{ns}}
+	conn, err := raw.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, c := range []struct {
+		name string
+		set  string // the member row's expiry before the round, from now
+		want bool
+	}{
+		{"missing", "", true},
+		{"live", "", false},
+		{"expired for less than a window", "-1 second", false},
+		{"expired for longer than a window", "-3 seconds", true},
+	} {
+		if c.set != "" {
+			if _, err := raw.ExecContext(ctx, "UPDATE election_members SET expires_at = clock_timestamp() + CAST($2 AS interval) WHERE member_id = $1", me, c.set); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out, err := dialect.GroupRound(ctx, conn, d, in)
+		if err != nil {
+			t.Fatalf("%s: GroupRound: %v", c.name, err)
+		}
+		if out.Lapsed != c.want {
+			t.Errorf("member row %s before the round: Lapsed %v, want %v", c.name, out.Lapsed, c.want)
+		}
+	}
+}

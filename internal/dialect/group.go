@@ -90,6 +90,11 @@ type RoundOut struct {
 	// Doubtful reports (MySQL family) that more leases read as renewed
 	// than the renewal changed rows: Renewed is then empty.
 	Doubtful bool
+	// Lapsed reports (PostgreSQL) that the member row was missing, or
+	// expired for longer than the expiry window, before the round
+	// refreshed it: a prune may have deleted the member's candidate rows,
+	// which the round then writes again.
+	Lapsed bool
 }
 
 // GroupRound runs one round of a Group on conn, each statement committing
@@ -271,7 +276,7 @@ func GroupRound(ctx context.Context, conn gorm.ConnPool, d Dialect, in RoundIn) 
 // expiry, then the live count. A row of NULLs but the clock and the count
 // stands for no seat. Each namespace of in.Read without a row is reported
 // with Exists false.
-func (out *RoundOut) scan(rows *sql.Rows, in RoundIn, renewed bool) error {
+func (out *RoundOut) scan(rows *sql.Rows, in RoundIn, pg bool) error {
 	defer rows.Close()
 	seen := map[string]bool{}
 	for rows.Next() {
@@ -280,17 +285,20 @@ func (out *RoundOut) scan(rows *sql.Rows, in RoundIn, renewed bool) error {
 			ns                  sql.NullString
 			leader              uuid.NullUUID
 			term                sql.NullInt64
-			live                sql.NullInt64
+			live, kept          sql.NullInt64
 		)
 		dest := []any{&now, &ns, &leader, &term, &exp, &acq}
-		if renewed {
+		if pg {
 			dest = append(dest, &rexp)
 		}
 		dest = append(dest, &live)
+		if pg {
+			dest = append(dest, &kept)
+		}
 		if err := rows.Scan(dest...); err != nil {
 			return err
 		}
-		out.Now, out.Live = now.Time, int(live.Int64)
+		out.Now, out.Live, out.Lapsed = now.Time, int(live.Int64), pg && kept.Int64 == 0
 		if !ns.Valid || seen[ns.String] {
 			continue
 		}
@@ -432,8 +440,13 @@ func pgRound(d Dialect, n int) string {
 		"WHERE EXISTS (SELECT 1 FROM election_candidates e WHERE e.namespace = l.namespace AND e.candidate_id = $1) "+
 		"UNION SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at "+
 		"FROM election_leaders l WHERE l.namespace = ANY(CAST($11 AS text[]))) "+
-		"SELECT c.n, s.namespace, s.leader_id, s.term, s.lease_expires_at, s.acquired_at, r.lease_expires_at, k.n "+
-		"FROM c CROSS JOIN k LEFT JOIN s ON true LEFT JOIN r ON r.namespace = s.namespace")
+		// The member row as it was before m refreshed it (the snapshot):
+		// live, or expired for less than a window, it kept the
+		// candidate rows from any prune.
+		", o AS (SELECT COUNT(*) AS n FROM c, election_members e WHERE e.member_id = $1 "+
+		"AND e.expires_at >= c.n - CAST($5 AS bigint) * interval '1 microsecond') "+
+		"SELECT c.n, s.namespace, s.leader_id, s.term, s.lease_expires_at, s.acquired_at, r.lease_expires_at, k.n, o.n "+
+		"FROM c CROSS JOIN k CROSS JOIN o LEFT JOIN s ON true LEFT JOIN r ON r.namespace = s.namespace")
 }
 
 // MemberGone deletes a member row: member id. A Group that stops deletes
