@@ -91,12 +91,17 @@ func TestGroupWritesCandidateRowsInSteps(t *testing.T) {
 				}
 			}()
 
-			first := <-steps
+			deadline := time.After(time.Minute)
+			var first step
+			select {
+			case first = <-steps:
+			case <-deadline:
+				t.Fatal("no round succeeded within a minute")
+			}
 			if !slices.Equal(first.rows, nss[:pace.FirstJoins]) {
 				t.Fatalf("the first round wrote %d candidate rows (%v ... ), want the first %d namespaces in order",
 					len(first.rows), first.rows[:min(3, len(first.rows))], pace.FirstJoins)
 			}
-			deadline := time.After(time.Minute)
 			for st := first; ; {
 				for _, ns := range st.leading {
 					if _, written := slices.BinarySearch(st.rows, ns); !written {
