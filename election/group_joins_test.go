@@ -16,6 +16,20 @@ import (
 	"github.com/sqlelect/sqlelect/migrate"
 )
 
+// runUntilCleanup runs g until the test ends, and then checks that Run
+// returned no error.
+func runUntilCleanup(t testing.TB, ctx context.Context, g *Group) {
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- g.Run(rctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+}
+
 // TestGroupWritesCandidateRowsInSteps: a Group of more namespaces than a
 // round may write candidate rows for (pace.FirstJoins) writes them over
 // its first rounds, the first namespaces in order first (the ones a
@@ -81,15 +95,7 @@ func TestGroupWritesCandidateRowsInSteps(t *testing.T) {
 				default:
 				}
 			}
-			rctx, cancel := context.WithCancel(ctx)
-			done := make(chan error, 1)
-			go func() { done <- g.Run(rctx) }()
-			defer func() {
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("Run: %v", err)
-				}
-			}()
+			runUntilCleanup(t, ctx, g)
 
 			deadline := time.After(time.Minute)
 			var first step
@@ -178,15 +184,7 @@ func TestGroupWritesCandidateRowsAgainAfterLapse(t *testing.T) {
 		}
 		pruned.Store(1)
 	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- g.Run(rctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	runUntilCleanup(t, ctx, g)
 	for deadline := time.Now().Add(30 * time.Second); pruned.Load() == 0 || count() != n; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d of %d candidate rows 30 s after the member row lapsed and its rows were pruned (%d rounds)", count(), n, rounds.Load())

@@ -1,7 +1,6 @@
 package election
 
 import (
-	"context"
 	"path/filepath"
 	"testing"
 	"time"
@@ -44,22 +43,11 @@ func TestGroupWakeAnyRunsOneRound(t *testing.T) {
 				nss[i] = prefix + "-" + string(rune('a'+i))
 			}
 
-			run := func(g *Group) {
-				rctx, cancel := context.WithCancel(ctx)
-				done := make(chan error, 1)
-				go func() { done <- g.Run(rctx) }()
-				t.Cleanup(func() {
-					cancel()
-					if err := <-done; err != nil {
-						t.Errorf("Run: %v", err)
-					}
-				})
-			}
 			leader, err := NewGroup(ctx, testdb.OpenDSN(t, dsn), uuid.New(), GroupConfig{Namespaces: nss, Interval: 100 * time.Millisecond}, WithLogger(silent))
 			if err != nil {
 				t.Fatal(err)
 			}
-			run(leader)
+			runUntilCleanup(t, ctx, leader)
 			for deadline := time.Now().Add(30 * time.Second); len(leader.Leading()) != n; time.Sleep(10 * time.Millisecond) {
 				if time.Now().After(deadline) {
 					t.Fatalf("the leader leads %d of %d namespaces after 30 s", len(leader.Leading()), n)
@@ -78,7 +66,7 @@ func TestGroupWakeAnyRunsOneRound(t *testing.T) {
 				default:
 				}
 			}
-			run(g)
+			runUntilCleanup(t, ctx, g)
 			select {
 			case <-rounds:
 			case <-time.After(30 * time.Second):
