@@ -129,11 +129,10 @@ func TestGroupWritesCandidateRowsInSteps(t *testing.T) {
 	}
 }
 
-// TestGroupWritesCandidateRowsAgainAfterLapse: on PostgreSQL, where a
-// round finds the free seats through the Group's candidate rows, a Group
-// whose member row lapsed for longer than a window, and whose candidate
-// rows a prune deleted meanwhile (a process paused that long), writes them
-// again: it stays a candidate, and keeps finding the free seats.
+// TestGroupWritesCandidateRowsAgainAfterLapse: on PostgreSQL a Group whose
+// member row lapsed for longer than a window, and whose candidate rows a
+// prune deleted meanwhile (a process paused that long), writes them again:
+// it is a candidate again wherever it joined.
 func TestGroupWritesCandidateRowsAgainAfterLapse(t *testing.T) {
 	tg := testdb.Only(t, "postgres")
 	const n = 8

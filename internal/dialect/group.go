@@ -42,9 +42,7 @@ type RoundIn struct {
 	// now, or that became free (lapsed or vacated) less than Lapsed ago,
 	// is read.
 	Horizon, Lapsed time.Duration
-	// Joined are the namespaces the round is for, at least one. On
-	// PostgreSQL only their number is sent: the member's candidate rows
-	// name them.
+	// Joined are the namespaces the round is for, at least one.
 	Joined []string
 	// Held are the leases to renew.
 	Held []HeldLease
@@ -76,9 +74,7 @@ type RoundOut struct {
 	// before the reading was sent.
 	Now, Sent time.Time
 	// Seats are the seats read: each of Read, and every other joined one
-	// that is vacant or whose lease ends within the horizon (on
-	// PostgreSQL: whose candidate row, pointing to the member row, was
-	// written by an earlier round).
+	// that is vacant or whose lease ends within the horizon.
 	Seats []RoundSeat
 	// Renewed maps each namespace whose lease the round renewed to the
 	// lease's new end.
@@ -115,7 +111,7 @@ func GroupRound(ctx context.Context, conn gorm.ConnPool, d Dialect, in RoundIn) 
 		}
 		out.Sent = time.Now()
 		rows, err := conn.QueryContext(ctx, pgRound(d, len(in.Joined)), in.Member, in.Hostname, int64(in.PID), in.Label,
-			d.DurationArg(in.Expire), TextArray(in.Join), TextArray(nss), Int64Array(terms),
+			d.DurationArg(in.Expire), TextArray(in.Joined), TextArray(in.Join), TextArray(nss), Int64Array(terms),
 			d.DurationArg(in.Horizon), TextArray(in.Sample), TextArray(in.Read), d.DurationArg(-in.Lapsed))
 		if err != nil {
 			return out, err
@@ -394,11 +390,8 @@ func GroupRoundNamespaces(q string) (n int, ok bool) {
 // pgRound is the whole round on PostgreSQL, one statement whose
 // data-modifying WITH items share one reading of the clock. Its text
 // depends on the number of namespaces only through its leading comment:
-// they travel as arrays, and the joined ones not at all (the free or
-// expiring seats are matched to the member's candidate rows instead), so
-// a round of a Group that leads and follows thousands of namespaces sends
-// its held ones and little else. Parameters: member id, hostname, pid,
-// label, expiry window; those to join; the held leases'
+// they travel as arrays. Parameters: member id, hostname, pid, label,
+// expiry window; the joined namespaces; those to join; the held leases'
 // namespaces and terms; the horizon; the sampled namespaces; those read
 // whatever their state; the time since a lease ended (negative).
 //
@@ -414,9 +407,9 @@ func pgRound(d Dialect, n int) string {
 		"SELECT $1, CAST($2 AS text), CAST($3 AS bigint), CAST($4 AS text), c.n, c.n, "+until+" FROM c "+
 		onConflictUpdate([]string{"member_id"}, memberKeep)+"), "+
 		"j AS ("+insertMemberCandidate+"SELECT v.ns, $1, c.n, c.n, c.n, CAST($2 AS text), CAST($3 AS bigint), CAST($4 AS text), $1 "+
-		"FROM c, unnest(CAST($6 AS text[])) AS v(ns) "+onConflictUpdate(candidateKey, joinKeep)+"), "+
+		"FROM c, unnest(CAST($7 AS text[])) AS v(ns) "+onConflictUpdate(candidateKey, joinKeep)+"), "+
 		"r AS (UPDATE election_leaders AS u SET lease_expires_at = "+until+", updated_at = c.n "+
-		"FROM c, unnest(CAST($7 AS text[]), CAST($8 AS bigint[])) AS t(ns, term) "+
+		"FROM c, unnest(CAST($8 AS text[]), CAST($9 AS bigint[])) AS t(ns, term) "+
 		"WHERE u.namespace = t.ns AND u.term = t.term AND u.leader_id = $1 AND u.lease_expires_at > c.n "+
 		"RETURNING u.namespace, u.lease_expires_at), "+
 		// Counted once, in a WITH item of its own: as a subquery of the
@@ -424,7 +417,7 @@ func pgRound(d Dialect, n int) string {
 		// sampled namespace is counted by itself (LATERAL), so that its
 		// rows are found through the primary key, whatever the planner
 		// estimates of the array: a join may scan every candidate row.
-		"k AS (SELECT COALESCE(MAX(x.k), 0) + 1 AS n FROM c, unnest(CAST($10 AS text[])) AS a(ns) "+
+		"k AS (SELECT COALESCE(MAX(x.k), 0) + 1 AS n FROM c, unnest(CAST($11 AS text[])) AS a(ns) "+
 		"CROSS JOIN LATERAL (SELECT COUNT(*) AS k FROM election_candidates e"+withMember("e")+
 		" WHERE e.namespace = a.ns AND "+liveCandidate("e", "c.n")+" AND e.candidate_id <> $1) x), "+
 		// The seats whose lease ends within the horizon, or that became
@@ -432,18 +425,18 @@ func pgRound(d Dialect, n int) string {
 		// index on free_at without visiting the others (the statement's
 		// time, stable, can bound an index scan; the clock's cannot), then
 		// those read whatever their state, by key.
-		// OFFSET 0 keeps the range a scan of its own; each seat in it is
-		// then matched to the member's candidate row, by key.
+		// OFFSET 0 keeps the range a scan of its own, whatever the
+		// planner estimates of the namespaces, which are then hashed.
 		"s AS (SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at FROM (SELECT * FROM election_leaders "+
-		"WHERE free_at > statement_timestamp() + CAST($12 AS bigint) * interval '1 microsecond' "+
-		"AND free_at < statement_timestamp() + CAST($9 AS bigint) * interval '1 microsecond' OFFSET 0) l "+
-		"WHERE EXISTS (SELECT 1 FROM election_candidates e WHERE e.namespace = l.namespace AND e.candidate_id = $1) "+
+		"WHERE free_at > statement_timestamp() + CAST($13 AS bigint) * interval '1 microsecond' "+
+		"AND free_at < statement_timestamp() + CAST($10 AS bigint) * interval '1 microsecond' OFFSET 0) l "+
+		"WHERE l.namespace IN (SELECT unnest(CAST($6 AS text[]))) "+
 		"UNION SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at "+
-		"FROM election_leaders l WHERE l.namespace = ANY(CAST($11 AS text[]))) "+
+		"FROM election_leaders l WHERE l.namespace = ANY(CAST($12 AS text[]))), "+
 		// The member row as it was before m refreshed it (the snapshot):
 		// live, or expired for less than a window, it kept the
 		// candidate rows from any prune.
-		", o AS (SELECT COUNT(*) AS n FROM c, election_members e WHERE e.member_id = $1 "+
+		"o AS (SELECT COUNT(*) AS n FROM c, election_members e WHERE e.member_id = $1 "+
 		"AND e.expires_at >= c.n - CAST($5 AS bigint) * interval '1 microsecond') "+
 		"SELECT c.n, s.namespace, s.leader_id, s.term, s.lease_expires_at, s.acquired_at, r.lease_expires_at, k.n, o.n "+
 		"FROM c CROSS JOIN k CROSS JOIN o LEFT JOIN s ON true LEFT JOIN r ON r.namespace = s.namespace")
