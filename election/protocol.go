@@ -2,6 +2,7 @@ package election
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -461,13 +462,23 @@ func (e *Election) vacate(ctx context.Context, op string, id uuid.UUID, term int
 		var (
 			vacated bool
 			wake    func()
+			moved   bool
 		)
 		err := e.autocommit(ctx, op, opts, func(conn gorm.ConnPool, _ bool) error {
 			var err error
 			vacated, wake, err = v.Vacate(ctx, conn, e.pool(), dialect.VacateArgs{Namespace: e.namespace, ID: id, Term: term,
 				Unregister: unregister, Reason: string(reason), Channel: handoff.Channel(e.schema), Payload: handoff.Payload(id, e.namespace)})
+			if errors.Is(err, dialect.ErrSeatMoved) {
+				moved, err = true, nil
+			}
 			return err
 		})
+		if moved {
+			// The seat's row changed while the statement waited for its
+			// lock (a new term granted to id, perhaps): decide on the row
+			// as it is now, with the statements below.
+			return e.vacateBySteps(ctx, op, id, term, unregister, reason, opts)
+		}
 		if err == nil && vacated {
 			// announceVacancy's wake-up in this process, after the fact.
 			handoff.Wake(e.hubKey(), handoff.Local, id)
@@ -478,6 +489,12 @@ func (e *Election) vacate(ctx context.Context, op string, id uuid.UUID, term int
 		e.forget(id)
 		return err
 	}
+	return e.vacateBySteps(ctx, op, id, term, unregister, reason, opts)
+}
+
+// vacateBySteps is vacate with the protocol's separate statements, in one
+// transaction (the caller's, with WithTx).
+func (e *Election) vacateBySteps(ctx context.Context, op string, id uuid.UUID, term int64, unregister bool, reason EndReason, opts []CallOption) error {
 	// In a transaction of its own, the wake-ups that are still being sent
 	// as it ends (the MySQL family's) are waited for after the commit, so
 	// the seat's row lock is not held for them; the woken candidates then

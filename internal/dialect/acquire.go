@@ -3,6 +3,7 @@ package dialect
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"time"
 
 	"github.com/google/uuid"
@@ -147,9 +148,18 @@ type VacateArgs struct {
 // other connections; SQLite's line in the notification file); the caller
 // calls it once the call has returned, and it returns once they are told,
 // within a bound.
+//
+// Vacate fails with ErrSeatMoved, having changed nothing but, perhaps,
+// deleted the candidate's row, when the seat's row changed while the call
+// waited for its lock (PostgreSQL): the caller then vacates the seat with
+// separate statements, which read the row as it is now.
 type Vacater interface {
 	Vacate(ctx context.Context, conn gorm.ConnPool, pool *sql.DB, a VacateArgs) (vacated bool, wake func(), err error)
 }
+
+// ErrSeatMoved reports that a Vacater's call found the seat changed while
+// it waited for the seat's lock, and left it as it was.
+var ErrSeatMoved = errors.New("dialect: the seat changed while the vacate waited for its lock")
 
 // VacaterOf returns d's Vacater for a call in a caller's transaction
 // (callerTx) or outside one, or nil when d has none for it.

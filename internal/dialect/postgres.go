@@ -57,17 +57,29 @@ func withGrantTerm(s *Statements) *Statements {
 // BEGIN and COMMIT. Every part shares the statement's snapshot: the
 // history row is ended, and the notification sent, only for the term the
 // update returned.
-const pgVacateNotify = `WITH v AS (
+//
+// The snapshot is also why v clears the seat only in the term seen reads
+// in it. An update that waits for the row's lock decides on the row the
+// other transaction left; had that transaction granted the candidate a
+// new term, the new term's history row, inserted by it, is not in the
+// snapshot, and h would leave that term open. The statement then clears
+// nothing, and its second column says the seat moved: the candidate held
+// it in the snapshot, and v did not clear it.
+const pgVacateNotify = `WITH seen AS (
+  SELECT term FROM election_leaders WHERE namespace = $1 AND leader_id = $2 AND CAST($3 AS bigint) IN (0, term)
+), v AS (
   UPDATE election_leaders SET leader_id = NULL, lease_expires_at = NULL, updated_at = clock_timestamp()
-  WHERE namespace = $1 AND leader_id = $2 AND CAST($3 AS bigint) IN (0, term)
+  WHERE namespace = $1 AND leader_id = $2 AND term = (SELECT term FROM seen)
   RETURNING namespace, term
 ), d AS (
   DELETE FROM election_candidates WHERE namespace = $1 AND candidate_id = $2 AND CAST($4 AS boolean)
 ), h AS (
   UPDATE election_history AS t SET ended_at = clock_timestamp(), end_reason = $5 FROM v
   WHERE t.namespace = v.namespace AND t.term = v.term AND t.leader_id = $2 AND t.ended_at IS NULL
+), n AS (
+  SELECT pg_notify($6, $7) FROM v
 )
-SELECT pg_notify($6, $7) FROM v`
+SELECT (SELECT count(*) FROM n) > 0, EXISTS (SELECT 1 FROM seen) AND NOT EXISTS (SELECT 1 FROM v)`
 
 // withVacateNotify adds VacateNotify and Acquire to s, PostgreSQL's
 // statements.
@@ -157,13 +169,13 @@ func (d postgres) vacater(bool) Vacater { return pgVacater{d} }
 type pgVacater struct{ d postgres }
 
 func (v pgVacater) Vacate(ctx context.Context, conn gorm.ConnPool, _ *sql.DB, in VacateArgs) (bool, func(), error) {
-	res, err := conn.ExecContext(ctx, v.d.Statements().VacateNotify, in.Namespace, in.ID, in.Term, in.Unregister,
-		in.Reason, in.Channel, in.Payload)
-	if err != nil {
-		return false, nil, err
+	var vacated, moved bool
+	err := conn.QueryRowContext(ctx, v.d.Statements().VacateNotify, in.Namespace, in.ID, in.Term, in.Unregister,
+		in.Reason, in.Channel, in.Payload).Scan(&vacated, &moved)
+	if err == nil && moved {
+		err = ErrSeatMoved
 	}
-	n, err := res.RowsAffected()
-	return n > 0, nil, err
+	return vacated, nil, err
 }
 
 func (postgres) Name() string { return "postgres" }

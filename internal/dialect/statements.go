@@ -100,8 +100,10 @@ type Statements struct {
 	// vacated, and a notification of the vacancy, sent (at commit) only
 	// when the seat was vacated. Parameters: namespace, leader id, term (0
 	// for whatever term the leader holds), whether to delete the candidate
-	// row, end reason, channel, payload. It reports one row affected when
-	// the seat was vacated, none otherwise.
+	// row, end reason, channel, payload. It yields one row: whether the
+	// seat was vacated, and whether it moved instead (the candidate held
+	// it in the statement's snapshot, but the row changed before the
+	// statement could lock it: nothing was vacated).
 	VacateNotify string
 	// Acquire is the whole of Elect outside a caller's transaction in one
 	// statement, where the database can run it as one (PostgreSQL: see
