@@ -150,6 +150,9 @@ type Group struct {
 	hooks    testHooks
 
 	members  map[string]*member
+	sorted   []*member       // members in namespace order (sortedLocked)
+	ordered  bool            // sorted is up to date: false after a Join or Leave
+	rounds   uint64          // rounds begun, the stamp of the last (member.round)
 	pace     pace.Budget     // the attempts' budget
 	running  bool            // Run's loop is on
 	runCtx   context.Context // Run's context (Background before Run)
@@ -170,13 +173,14 @@ type member struct {
 	// busy counts the rounds and attempts in flight that include the
 	// member; Add only while !leaving, so Leave can wait for them.
 	busy       sync.WaitGroup
-	renewing   bool // its lease is in the renewal of the round in flight
-	attempting bool // an attempt on its seat is in flight
-	queued     bool // on g.queue
-	overShare  bool // the round let it be tried above the share (Balance)
-	freeRounds int  // consecutive rounds that saw the seat free while at the share (Balance)
-	written    bool // a round wrote its candidate row, pointing to the member row
-	seen       bool // a round read its seat row: later rounds read it only when vacant or lapsing
+	renewing   bool   // its lease is in the renewal of the round in flight
+	attempting bool   // an attempt on its seat is in flight
+	queued     bool   // on g.queue
+	overShare  bool   // the round let it be tried above the share (Balance)
+	freeRounds int    // consecutive rounds that saw the seat free while at the share (Balance)
+	written    bool   // a round wrote its candidate row, pointing to the member row
+	seen       bool   // a round read its seat row: later rounds read it only when vacant or lapsing
+	round      uint64 // the stamp of the last round that took it in (Group.rounds)
 	leaving    bool
 	pending    atomic.Bool // on g.woken
 }
@@ -393,6 +397,7 @@ func (g *Group) Join(ns string) error {
 	}
 	mem := g.newMember(ns)
 	g.members[ns] = mem
+	g.ordered = false
 	if g.running {
 		mem.hub = mem.m.e.joinHub(mem.m)
 	}
@@ -474,6 +479,7 @@ func (g *Group) Leave(ctx context.Context, ns string) error {
 			g.box.lock()
 			if g.members[ns] == mem {
 				delete(g.members, ns)
+				g.ordered = false
 			}
 			g.box.unlock()
 		}()

@@ -190,3 +190,33 @@ func TestGroupWritesCandidateRowsAgainAfterLapse(t *testing.T) {
 		}
 	}
 }
+
+// TestSomeOf: a round reads at most n of the free seats, each a distinct
+// one of them, all of them when there are no more than n, and over a few
+// rounds every one.
+func TestSomeOf(t *testing.T) {
+	nss := make([]string, 50)
+	for i := range nss {
+		nss[i] = fmt.Sprintf("ns-%02d", i)
+	}
+	if got := someOf(slices.Clone(nss), 50); !slices.Equal(got, nss) {
+		t.Fatalf("someOf of 50 seats with a budget of 50 = %v, want them all", got)
+	}
+	read := map[string]bool{}
+	for range 100 {
+		got := someOf(slices.Clone(nss), 10)
+		if len(got) != 10 {
+			t.Fatalf("someOf(50 seats, 10) returned %d", len(got))
+		}
+		once := map[string]bool{}
+		for _, ns := range got {
+			if once[ns] || !slices.Contains(nss, ns) {
+				t.Fatalf("someOf returned %q twice or not one of the seats: %v", ns, got)
+			}
+			once[ns], read[ns] = true, true
+		}
+	}
+	if len(read) != len(nss) {
+		t.Errorf("100 rounds of 10 read %d of the 50 seats, want all", len(read))
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 
 	"gorm.io/gorm"
@@ -66,43 +67,64 @@ func (g *Group) round(ctx context.Context, cause roundCause) error {
 // fullRound is round without the prune: one dialect.GroupRound, which
 // refreshes the Group's member row, renews the leases it holds, writes the
 // candidate rows of the namespaces joined since (as many as the budget
-// allows: joinLaterLocked), and reads the seats that concern it, whose
-// results it hands to the machines.
+// allows), and reads the seats that concern it (the free ones, as many as
+// the budget allows: someOf), whose results it hands to the machines.
 func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	start := g.clk.Now()
 	g.box.lock()
 	total := 0
 	in := dialect.RoundIn{Member: g.id, Hostname: g.base.identity.Hostname, PID: g.base.identity.PID, Label: g.base.identity.Label,
 		Expire: g.base.expire, Horizon: g.t.interval, Lapsed: g.base.expire}
-	var held []heldSeat
-	members := make(map[string]*member, len(g.members))
-	later := g.joinLaterLocked()
-	for ns, mem := range g.members {
+	var (
+		held    []heldSeat
+		free    []string  // read when the budget allows (someOf)
+		members []*member // in the round, in namespace order
+		joining []*member // their candidate rows written by it
+	)
+	g.rounds++
+	stamp := g.rounds
+	// The first namespaces in order whose candidate rows are not written
+	// yet are written by this round, as many as the budget allows; the
+	// others are neither read nor tried until a later round writes theirs
+	// (those a balanced round samples come first). Seats the Group leads
+	// are never left out.
+	joins := g.pace.Joins()
+	for _, mem := range g.sortedLocked() {
 		if mem.leaving {
 			continue
 		}
 		total++
-		if mem.attempting || later[ns] {
+		if mem.attempting {
 			continue
 		}
-		in.Joined = append(in.Joined, ns)
-		members[ns] = mem
+		if !mem.written && mem.m.cur == nil {
+			if joins == 0 {
+				continue
+			}
+			joins--
+		}
+		in.Joined = append(in.Joined, mem.ns)
+		members = append(members, mem)
+		mem.round = stamp
 		mem.busy.Add(1)
 		if !mem.written {
-			in.Join = append(in.Join, ns)
+			in.Join = append(in.Join, mem.ns)
+			joining = append(joining, mem)
 		}
-		if c := mem.m.cur; c != nil {
+		switch c := mem.m.cur; {
+		case c != nil:
 			mem.renewing = true
 			mem.m.inflight.add()
 			held = append(held, heldSeat{mem: mem, lead: c})
-			in.Held = append(in.Held, dialect.HeldLease{Namespace: ns, Term: c.lease.Term})
-		}
-		if mem.m.cur != nil || !mem.seen || mem.m.last.Vacant() {
-			// Held, never read, or free when last read (a lapse older
-			// than the window is not found by the index any more).
-			in.Read = append(in.Read, ns)
+			in.Held = append(in.Held, dialect.HeldLease{Namespace: mem.ns, Term: c.lease.Term})
+			in.Read = append(in.Read, mem.ns)
+		case !mem.seen || mem.m.last.Vacant():
+			// Never read, or free when last read (a lapse older than the
+			// window is not found by the index any more).
+			free = append(free, mem.ns)
 		}
 	}
+	in.Read = append(in.Read, someOf(free, g.pace.Joins())...)
 	g.box.unlock()
 	defer func() {
 		g.box.lock()
@@ -118,7 +140,6 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	if len(in.Joined) == 0 {
 		return nil
 	}
-	slices.Sort(in.Joined)
 	if g.cfg.Balance {
 		in.Sample = in.Joined[:min(sampleSize, len(in.Joined))]
 	}
@@ -137,8 +158,8 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	defer g.box.unlock()
 	g.paceLocked(g.clk.Now().Sub(start), err)
 	if err != nil {
-		for _, ns := range in.Joined {
-			members[ns].m.settleLocked(result{start: start, cause: cause, err: err})
+		for _, mem := range members {
+			mem.m.settleLocked(result{start: start, cause: cause, err: err})
 		}
 		return err
 	}
@@ -153,11 +174,11 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 			mem.m.e.rowsKept.Store(false)
 		}
 	}
-	for _, ns := range in.Join {
+	for _, mem := range joining {
 		// The round wrote the candidate row, and the member row keeps it
 		// alive: attempts leave it alone.
-		members[ns].written = true
-		members[ns].m.e.rowsKept.Store(true)
+		mem.written = true
+		mem.m.e.rowsKept.Store(true)
 	}
 	heldBy := make(map[*member]*leadership, len(held))
 	for _, h := range held {
@@ -165,9 +186,9 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	}
 	var attempts []*member
 	for _, rs := range out.Seats {
-		mem := members[rs.Namespace]
-		if mem == nil || g.members[rs.Namespace] != mem || mem.leaving {
-			continue
+		mem := g.members[rs.Namespace]
+		if mem == nil || mem.round != stamp || mem.leaving {
+			continue // not in this round, or left, or being left, since
 		}
 		s := seat{now: out.Now, exists: rs.Exists, term: rs.Term, expires: rs.Expires.Time, acquired: rs.Acquired.Time}
 		if rs.Leader.Valid && rs.Expires.Valid {
@@ -217,26 +238,38 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	return nil
 }
 
-// joinLaterLocked is the namespaces whose candidate rows wait for a later
-// round, past the rows the budget lets this one write (pace): it writes
-// the first in order (those a balanced round samples), and those it
-// leads; the others are neither read nor tried until theirs are written.
-// g.box is held.
-func (g *Group) joinLaterLocked() (later map[string]bool) {
-	var fresh []string
-	for ns, mem := range g.members {
-		if !mem.written && !mem.leaving && !mem.attempting && mem.m.cur == nil {
-			fresh = append(fresh, ns)
-		}
+// someOf returns at most n of the free seats nss, chosen at random when
+// there are more: a round reads no more free seats than it may write
+// candidate rows (pace.Budget.Joins), so that a fleet whose seats are
+// mostly free (a cold start, a database that could not keep up) reads them
+// in steps the rounds can afford, each process its own random share,
+// instead of every process reading every free seat in every round: rounds
+// too slow to make attempts in were then spent reading seats that no
+// attempt could take. The seats left out are read in later rounds, and
+// those whose lease ends are found by the round's range all the same.
+func someOf(nss []string, n int) []string {
+	if len(nss) <= n {
+		return nss
 	}
-	if n := g.pace.Joins(); len(fresh) > n {
-		slices.Sort(fresh)
-		later = make(map[string]bool, len(fresh)-n)
-		for _, ns := range fresh[n:] {
-			later[ns] = true
-		}
+	for i := range n {
+		j := i + rand.IntN(len(nss)-i)
+		nss[i], nss[j] = nss[j], nss[i]
 	}
-	return later
+	return nss[:n]
+}
+
+// sortedLocked returns the members in namespace order, sorted again
+// only after a Join or a Leave changed them. g.box is held.
+func (g *Group) sortedLocked() []*member {
+	if !g.ordered {
+		g.sorted = g.sorted[:0]
+		for _, mem := range g.members {
+			g.sorted = append(g.sorted, mem)
+		}
+		slices.SortFunc(g.sorted, func(a, b *member) int { return strings.Compare(a.ns, b.ns) })
+		g.ordered = true
+	}
+	return g.sorted
 }
 
 // pruneLed prunes the namespaces the Group leads, as an Elector does its
