@@ -170,16 +170,33 @@ func finish(d Dialect, q string) string {
 // statement casts to text[]: every element quoted, its quotes and
 // backslashes escaped, so any string arrives as it was.
 func TextArray(vs []string) string {
-	return arrayLiteral(vs, func(b *strings.Builder, v string) {
-		b.WriteByte('"')
-		for i := 0; i < len(v); i++ {
-			if v[i] == '"' || v[i] == '\\' {
-				b.WriteByte('\\')
-			}
-			b.WriteByte(v[i])
+	n := 2
+	for _, v := range vs {
+		n += len(v) + 3
+	}
+	var b strings.Builder
+	b.Grow(n) // once: a round's arrays hold every namespace of a Group
+	b.WriteByte('{')
+	for i, v := range vs {
+		if i > 0 {
+			b.WriteByte(',')
 		}
 		b.WriteByte('"')
-	})
+		for {
+			j := strings.IndexAny(v, `"\`)
+			if j < 0 {
+				break
+			}
+			b.WriteString(v[:j])
+			b.WriteByte('\\')
+			b.WriteByte(v[j])
+			v = v[j+1:]
+		}
+		b.WriteString(v)
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
 }
 
 // Int64Array is vs as one PostgreSQL array literal, for a parameter the

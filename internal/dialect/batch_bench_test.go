@@ -99,3 +99,15 @@ func BenchmarkGroupRound(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkTextArray: the literal of a round's namespaces, 40,000 of them.
+func BenchmarkTextArray(b *testing.B) {
+	names := make([]string, 40000)
+	for i := range names {
+		names[i] = fmt.Sprintf("scale-35a0af92.%05d", i)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = dialect.TextArray(names)
+	}
+}
