@@ -89,7 +89,9 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	// (those a balanced round samples come first). Seats the Group leads
 	// are never left out.
 	joins := g.pace.Joins()
-	for _, mem := range g.sortedLocked() {
+	sorted := g.sortedLocked()
+	in.Joined, members = make([]string, 0, len(sorted)), make([]*member, 0, len(sorted))
+	for _, mem := range sorted {
 		if mem.leaving {
 			continue
 		}
