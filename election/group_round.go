@@ -2,6 +2,7 @@ package election
 
 import (
 	"context"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -264,10 +265,7 @@ func someOf(nss []string, n int) []string {
 // only after a Join or a Leave changed them. g.box is held.
 func (g *Group) sortedLocked() []*member {
 	if !g.ordered {
-		g.sorted = g.sorted[:0]
-		for _, mem := range g.members {
-			g.sorted = append(g.sorted, mem)
-		}
+		g.sorted = slices.Collect(maps.Values(g.members))
 		slices.SortFunc(g.sorted, func(a, b *member) int { return strings.Compare(a.ns, b.ns) })
 		g.ordered = true
 	}
