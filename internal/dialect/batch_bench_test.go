@@ -107,7 +107,8 @@ func BenchmarkTextArray(b *testing.B) {
 		names[i] = fmt.Sprintf("scale-35a0af92.%05d", i)
 	}
 	b.ReportAllocs()
-	for b.Loop() {
+	b.ResetTimer()
+	for range b.N {
 		_ = dialect.TextArray(names)
 	}
 }
