@@ -185,13 +185,6 @@ type member struct {
 	pending    atomic.Bool // on g.woken
 }
 
-// wakeup asks the attempter to try a member's seat now: at the end of
-// another candidate's lease (sigEdge) or on a handoff (sigWake).
-type wakeup struct {
-	mem *member
-	sig signal
-}
-
 // NewGroup returns a Group for candidate id in cfg.Namespaces on db. opts
 // are the Election options that apply to every namespace (WithExpire,
 // WithSchema, WithLogger, WithLabel, WithObserver, WithHistoryRetention);
@@ -567,21 +560,6 @@ func (g *Group) kickRound() {
 	select {
 	case g.kick <- struct{}{}:
 	default:
-	}
-}
-
-// wake asks the attempter to try mem's seat now, once; it takes no lock.
-// The attempter decides whether it may.
-func (g *Group) wake(mem *member, s signal) {
-	if !mem.pending.CompareAndSwap(false, true) {
-		return
-	}
-	select {
-	case g.woken <- wakeup{mem: mem, sig: s}:
-	default:
-		// The queue is full: a full round looks at every seat.
-		mem.pending.Store(false)
-		g.kickRound()
 	}
 }
 

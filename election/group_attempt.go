@@ -150,6 +150,28 @@ func (g *Group) nextQueued(n int) []*member {
 	return out
 }
 
+// wakeup asks the attempter to try a member's seat now: at the end of
+// another candidate's lease (sigEdge) or on a handoff (sigWake).
+type wakeup struct {
+	mem *member
+	sig signal
+}
+
+// wake asks the attempter to try mem's seat now, once; it takes no lock.
+// The attempter decides whether it may.
+func (g *Group) wake(mem *member, s signal) {
+	if !mem.pending.CompareAndSwap(false, true) {
+		return
+	}
+	select {
+	case g.woken <- wakeup{mem: mem, sig: s}:
+	default:
+		// The queue is full: a full round looks at every seat.
+		mem.pending.Store(false)
+		g.kickRound()
+	}
+}
+
 // woke tries the seat a wake names, if the Group may; where one statement
 // takes many seats, with those of the lease edges that fire with it (a
 // crashed process's leases end together) in one batch take.
