@@ -64,23 +64,34 @@ func TestAcquireBehindALock(t *testing.T) {
 	}
 
 	// The history: A's term resigned, B's resigned, C's open.
+	wantHistory(t, ctx, e, []termWant{{3, c, ""}, {2, b, EndResigned}, {1, a, EndResigned}})
+}
+
+// termWant is a term the history should hold: its leader, and how it
+// ended ("" while it is held).
+type termWant struct {
+	term   int64
+	leader uuid.UUID
+	reason EndReason
+}
+
+// wantHistory checks that e's namespace has exactly the terms want,
+// newest first, and returns them.
+func wantHistory(t *testing.T, ctx context.Context, e *Election, want []termWant) []TermRecord {
+	t.Helper()
 	h, err := e.History(ctx, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []struct {
-		term   int64
-		leader uuid.UUID
-		ended  bool
-	}{{3, c, false}, {2, b, true}, {1, a, true}}
 	if len(h) != len(want) {
 		t.Fatalf("history %+v, want %d terms", h, len(want))
 	}
 	for i, w := range want {
-		if h[i].Term != w.term || h[i].Leader != w.leader || h[i].Ended() != w.ended {
-			t.Errorf("history[%d] = %+v, want term %d of %s, ended %v", i, h[i], w.term, w.leader, w.ended)
+		if h[i].Term != w.term || h[i].Leader != w.leader || h[i].Ended() != (w.reason != "") || h[i].EndReason != w.reason {
+			t.Errorf("history[%d] = %+v, want term %d of %s, ended as %q", i, h[i], w.term, w.leader, w.reason)
 		}
 	}
+	return h
 }
 
 // electBehind runs another process's Elect of id in ns (expiry window
@@ -188,23 +199,7 @@ func TestCallsBehindAGrantEndItsTerm(t *testing.T) {
 		t.Fatalf("after UnregisterCandidate behind the grant of term 4: %+v, %v, want the seat vacant", l, err)
 	}
 
-	h, err := e.History(ctx, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []struct {
-		term   int64
-		leader uuid.UUID
-		reason EndReason
-	}{{4, a, EndUnregistered}, {3, a, EndExpired}, {2, b, EndExpired}, {1, b, EndExpired}}
-	if len(h) != len(want) {
-		t.Fatalf("history %+v, want %d terms", h, len(want))
-	}
-	for i, w := range want {
-		if h[i].Term != w.term || h[i].Leader != w.leader || !h[i].Ended() || h[i].EndReason != w.reason {
-			t.Errorf("history[%d] = %+v, want term %d of %s, ended (%s)", i, h[i], w.term, w.leader, w.reason)
-		}
-	}
+	h := wantHistory(t, ctx, e, []termWant{{4, a, EndUnregistered}, {3, a, EndExpired}, {2, b, EndExpired}, {1, b, EndExpired}})
 	if !h[2].EndedAt.Equal(l2.ExpiresAt) {
 		t.Errorf("term 2 ended at %v, want its lease's end %v", h[2].EndedAt, l2.ExpiresAt)
 	}
