@@ -95,14 +95,7 @@ func TestArrayLiterals(t *testing.T) {
 func TestGroupRound(t *testing.T) {
 	for _, tg := range testdb.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
-			db := testdb.Open(t, tg)
-			raw := testdb.Raw(t, db)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			d, err := dialect.For(db)
-			if err != nil {
-				t.Fatal(err)
-			}
+			raw, ctx, d := roundOn(t, tg)
 			q := d.Statements()
 			base := testdb.Namespace(t)
 			held, moved, other, live, expired, vacant, free := base+`."held"`, base+`.moved\`, base+".other", base+".live",
@@ -244,14 +237,7 @@ func TestGroupRound(t *testing.T) {
 // refreshed it (a prune may have deleted the member's candidate rows), and
 // not one that was live or expired for less.
 func TestGroupRoundLapsed(t *testing.T) {
-	db := testdb.Open(t, testdb.Only(t, "postgres"))
-	raw := testdb.Raw(t, db)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	d, err := dialect.For(db)
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw, ctx, d := roundOn(t, testdb.Only(t, "postgres"))
 	me, ns := uuid.New(), testdb.Namespace(t)
 	expire := 2 * time.Second
 	in := dialect.RoundIn{Member: me, Hostname: "host", PID: 1, Expire: expire, Horizon: time.Second, Lapsed: time.Minute,
@@ -284,4 +270,18 @@ func TestGroupRoundLapsed(t *testing.T) {
 			t.Errorf("member row %s before the round: Lapsed %v, want %v", c.name, out.Lapsed, c.want)
 		}
 	}
+}
+
+// roundOn opens tg for a test of the Group's round: a raw handle, a
+// context of a minute, and the dialect detected.
+func roundOn(t *testing.T, tg testdb.Target) (*sql.DB, context.Context, dialect.Dialect) {
+	t.Helper()
+	db := testdb.Open(t, tg)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	d, err := dialect.For(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testdb.Raw(t, db), ctx, d
 }
