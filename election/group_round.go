@@ -89,7 +89,8 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	// others are neither read nor tried until a later round writes theirs
 	// (those a balanced round samples come first). Seats the Group leads
 	// are never left out.
-	joins := g.pace.Joins()
+	budget := g.pace.Joins()
+	joins := budget
 	sorted := g.sortedLocked()
 	in.Joined, members = make([]string, 0, len(sorted)), make([]*member, 0, len(sorted))
 	for _, mem := range sorted {
@@ -127,7 +128,7 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 			free = append(free, mem.ns)
 		}
 	}
-	in.Read = append(in.Read, someOf(free, g.pace.Joins())...)
+	in.Read = append(in.Read, someOf(free, budget)...)
 	g.box.unlock()
 	defer func() {
 		g.box.lock()
