@@ -27,14 +27,16 @@ import (
 
 // The environment internal/ci/pgreplica.sh prints.
 const (
-	envReplica  = "SQLELECT_REPLICA_DSN" // multi-host, target_session_attrs=read-write
-	envPrimary  = "SQLELECT_REPLICA_PRIMARY_DSN"
-	envStandby  = "SQLELECT_REPLICA_STANDBY_DSN"
-	envMariaDB  = "SQLELECT_READONLY_MYSQL_DSN" // a user without SUPER
-	envControl  = "SQLELECT_REPLICA_CTL"        // the script
-	expire      = 3 * time.Second
-	interval    = 500 * time.Millisecond
-	waitLeading = 30 * time.Second
+	envReplica = "SQLELECT_REPLICA_DSN" // multi-host, target_session_attrs=read-write
+	envPrimary = "SQLELECT_REPLICA_PRIMARY_DSN"
+	envStandby = "SQLELECT_REPLICA_STANDBY_DSN"
+	envMariaDB = "SQLELECT_READONLY_MYSQL_DSN" // a user without SUPER
+	envControl = "SQLELECT_REPLICA_CTL"        // the script
+	expire     = 3 * time.Second
+	interval   = 500 * time.Millisecond
+	// writeTimeout bounds each fenced write of a leader.
+	writeTimeout = time.Second
+	waitLeading  = 30 * time.Second
 )
 
 // env returns the variable, skipping the test when the replica servers are
@@ -183,7 +185,15 @@ func startGroup(t *testing.T, dsn string, n int) *group {
 				obs.Unlock()
 				g.leads <- lead{name: name, term: l.Term, at: time.Now()}
 				for lctx.Err() == nil {
-					_, err := fence.Write(lctx, l)
+					// Leader work bounds its own statements, as an
+					// application's would: a write sent on a pooled
+					// connection to a primary that froze under it
+					// would otherwise wait for as long as the term
+					// lasts, and a leader that keeps its term across
+					// the failover would write nothing more.
+					wctx, cancel := context.WithTimeout(lctx, writeTimeout)
+					_, err := fence.Write(wctx, l)
+					cancel()
 					g.mu.Lock()
 					if err == nil {
 						g.lastWrite = time.Now()
