@@ -38,12 +38,17 @@ func TestGroupTakesLapsedSeatsInOneStatement(t *testing.T) {
 	nss := groupNamespaces(t, n)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	// The crashed leader: every lease ends 1.5 s from now, by the
-	// database clock.
+	// The crashed leader: every lease ends at one time, 1.5 s from now by
+	// the database clock (read once: on a busy machine the inserts, each
+	// reading the clock, would spread the ends over hundreds of ms).
 	crashed := uuid.New()
+	var end time.Time
+	if err := raw.QueryRowContext(ctx, "SELECT clock_timestamp() + interval '1500 milliseconds'").Scan(&end); err != nil {
+		t.Fatal(err)
+	}
 	for i, ns := range nss {
 		if _, err := raw.ExecContext(ctx, "INSERT INTO election_leaders (namespace, leader_id, term, lease_expires_at, acquired_at, updated_at) "+
-			"VALUES ($1, $2, $3, clock_timestamp() + interval '1500 milliseconds', now(), now())", ns, crashed, int64(i+1)); err != nil {
+			"VALUES ($1, $2, $3, $4, now(), now())", ns, crashed, int64(i+1), end); err != nil {
 			t.Fatal(err)
 		}
 	}
