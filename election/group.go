@@ -159,6 +159,7 @@ type Group struct {
 	stopping bool            // Run is returning
 	share    int             // with Balance: ceil(M/N) as of the last round; 0 before the first
 	warm     time.Time       // with Balance: until then the Group takes at most one seat (shareLocked); set by the first round
+	beat     time.Time       // the start of the last round that succeeded, so refreshed the member row before it returned
 	queue    []*member       // free seats of the last round, to try in order
 }
 

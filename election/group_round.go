@@ -170,9 +170,16 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	if out.Doubtful {
 		g.log.Warn("election: the seats read as renewed outnumber the rows the renewal changed; treating the leases as lost")
 	}
-	if out.Lapsed {
-		// A prune may have deleted the candidate rows: written again,
-		// from the next round.
+	// The member row expired before this round refreshed it when the
+	// rounds that did so began more than an expiry window apart (an
+	// upper bound: each refresh ran after its round began, and this one
+	// before now). A prune may then have deleted it and the candidate
+	// rows: a prune whose window is shorter than ours too, and on every
+	// database (PostgreSQL also reads the row as it was: out.Lapsed).
+	lapsed := out.Lapsed || (!g.beat.IsZero() && g.clk.Now().Sub(g.beat) > g.base.expire)
+	g.beat = start
+	if lapsed {
+		// Written again, from the next round.
 		for _, mem := range g.members {
 			mem.written = false
 			mem.m.e.rowsKept.Store(false)

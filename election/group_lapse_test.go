@@ -1,0 +1,100 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+
+	"github.com/sqlelect/sqlelect/internal/testdb"
+)
+
+// TestGroupWritesRowsAgainAfterALapse: a Group whose rounds all fail for
+// longer than two expiry windows (a process paused, a database out of
+// reach) while a prune deletes its member row and its candidate rows
+// writes those rows again once its rounds succeed, on every database:
+// it is a live candidate again in every namespace it joined, including
+// those it does not lead (no attempt writes a row there for it).
+func TestGroupWritesRowsAgainAfterALapse(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *gorm.DB) {
+		ctx := electorCtx(t)
+		const expire = time.Second
+		nss := []string{testdb.Namespace(t), testdb.Namespace(t)}
+		// Each namespace is led for a minute by a candidate of its own,
+		// so that the Group only follows there.
+		for _, ns := range nss {
+			if _, err := newTestElection(t, db, ns, time.Minute).Elect(ctx, uuid.New()); err != nil {
+				t.Fatalf("Elect: %v", err)
+			}
+		}
+		id := uuid.New()
+		g, err := NewGroup(ctx, db, id, GroupConfig{Namespaces: nss}, WithExpire(expire), WithLogger(silent))
+		if err != nil {
+			t.Fatalf("NewGroup: %v", err)
+		}
+		var stalled atomic.Bool
+		g.hooks.call = func(context.Context) error {
+			if stalled.Load() {
+				return errors.New("stalled by the test")
+			}
+			return nil
+		}
+		rows := func() (n int64) {
+			if err := db.WithContext(ctx).Raw("SELECT COUNT(*) FROM election_candidates WHERE candidate_id = ? AND namespace IN ?",
+				id.String(), nss).Scan(&n).Error; err != nil {
+				t.Fatalf("counting the candidate rows: %v", err)
+			}
+			return n
+		}
+		members := func() (n int64) {
+			if err := db.WithContext(ctx).Raw("SELECT COUNT(*) FROM election_members WHERE member_id = ?", id.String()).Scan(&n).Error; err != nil {
+				t.Fatalf("counting the member row: %v", err)
+			}
+			return n
+		}
+		waitFor := func(what string, ok func() bool) {
+			t.Helper()
+			for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("after 10 s: not %s (%d candidate rows, %d member rows)", what, rows(), members())
+				}
+			}
+		}
+		runUntilCleanup(t, ctx, g)
+		waitFor("the candidate rows written", func() bool { return rows() == int64(len(nss)) })
+
+		stalled.Store(true)
+		// The member row expires an expiry window after the last round
+		// that refreshed it began, at most one interval before the stall,
+		// and is pruned a window later.
+		time.Sleep(2*expire + 200*time.Millisecond)
+		pruner := newTestElection(t, db, nss[0], expire)
+		for _, ns := range nss {
+			p := newTestElection(t, db, ns, expire)
+			if _, err := p.Prune(ctx); err != nil {
+				t.Fatalf("Prune: %v", err)
+			}
+		}
+		if n, m := rows(), members(); n != 0 || m != 0 {
+			t.Fatalf("after the prune: %d candidate rows and %d member rows of the stalled Group, want none", n, m)
+		}
+
+		stalled.Store(false)
+		waitFor("the candidate rows written again", func() bool { return rows() == int64(len(nss)) && members() == 1 })
+		cs, err := pruner.Candidates(ctx)
+		if err != nil {
+			t.Fatalf("Candidates: %v", err)
+		}
+		live := false
+		for _, c := range cs {
+			live = live || c.ID == id
+		}
+		if !live {
+			t.Fatalf("Candidates of %s after the rounds came back: %+v, without the Group", nss[0], cs)
+		}
+	})
+}
