@@ -3,6 +3,8 @@ package election
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -32,7 +34,9 @@ func TestGroupWritesRowsAgainAfterALapse(t *testing.T) {
 			}
 		}
 		id := uuid.New()
-		g, err := NewGroup(ctx, db, id, GroupConfig{Namespaces: nss}, WithExpire(expire), WithLogger(silent))
+		var warned lapseWarnings
+		g, err := NewGroup(ctx, db, id, GroupConfig{Namespaces: nss}, WithExpire(expire),
+			WithLogger(slog.New(slog.NewTextHandler(&warned, nil))))
 		if err != nil {
 			t.Fatalf("NewGroup: %v", err)
 		}
@@ -67,6 +71,9 @@ func TestGroupWritesRowsAgainAfterALapse(t *testing.T) {
 		runUntilCleanup(t, ctx, g)
 		waitFor("the candidate rows written", func() bool { return rows() == int64(len(nss)) })
 
+		if n := warned.n.Load(); n != 0 {
+			t.Fatalf("%d lapse warnings before the stall, want none", n)
+		}
 		stalled.Store(true)
 		// The member row expires an expiry window after the last round
 		// that refreshed it began, at most one interval before the stall,
@@ -85,6 +92,9 @@ func TestGroupWritesRowsAgainAfterALapse(t *testing.T) {
 
 		stalled.Store(false)
 		waitFor("the candidate rows written again", func() bool { return rows() == int64(len(nss)) && members() == 1 })
+		if n := warned.n.Load(); n != 1 {
+			t.Errorf("%d lapse warnings after the stall, want 1", n)
+		}
 		cs, err := pruner.Candidates(ctx)
 		if err != nil {
 			t.Fatalf("Candidates: %v", err)
@@ -97,4 +107,15 @@ func TestGroupWritesRowsAgainAfterALapse(t *testing.T) {
 			t.Fatalf("Candidates of %s after the rounds came back: %+v, without the Group", nss[0], cs)
 		}
 	})
+}
+
+// lapseWarnings counts the log lines that tell a lapse of a Group's member
+// row.
+type lapseWarnings struct{ n atomic.Int32 }
+
+func (w *lapseWarnings) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), "member row may have lapsed") {
+		w.n.Add(1)
+	}
+	return len(p), nil
 }

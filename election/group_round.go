@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"gorm.io/gorm"
 
@@ -176,7 +177,14 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	// before now). A prune may then have deleted it and the candidate
 	// rows: a prune whose window is shorter than ours too, and on every
 	// database (PostgreSQL also reads the row as it was: out.Lapsed).
-	lapsed := out.Lapsed || (!g.beat.IsZero() && g.clk.Now().Sub(g.beat) > g.base.expire)
+	lapsed := out.Lapsed
+	if gap := g.clk.Now().Sub(g.beat); !g.beat.IsZero() && (lapsed || gap > g.base.expire) {
+		// (The first round of a Group finds no member row on PostgreSQL:
+		// nothing to tell.)
+		lapsed = true
+		g.log.Warn("election: the Group's member row may have lapsed and been pruned; writing its candidate rows again",
+			"since_last_round", gap.Round(time.Millisecond), "expire", g.base.expire)
+	}
 	g.beat = start
 	if lapsed {
 		// Written again, from the next round.
