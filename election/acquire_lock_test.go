@@ -2,12 +2,16 @@ package election
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"gorm.io/gorm"
 
+	"github.com/sqlelect/sqlelect/internal/dialect"
+	"github.com/sqlelect/sqlelect/internal/handoff"
 	"github.com/sqlelect/sqlelect/internal/testdb"
 )
 
@@ -203,4 +207,66 @@ func TestCallsBehindAGrantEndItsTerm(t *testing.T) {
 	if !h[2].EndedAt.Equal(l2.ExpiresAt) {
 		t.Errorf("term 2 ended at %v, want its lease's end %v", h[2].EndedAt, l2.ExpiresAt)
 	}
+}
+
+// TestVacateSeatsBehindAGrant: on PostgreSQL, the statement that vacates
+// a Group's seats on shutdown (dialect.VacateSeats) and waits behind a
+// transaction that grants one of them to the same candidate anew leaves
+// that seat as the transaction left it and reports it moved (the Group
+// then vacates it by itself), while it vacates the others and ends their
+// terms as unregistered.
+func TestVacateSeatsBehindAGrant(t *testing.T) {
+	tg := testdb.Only(t, "postgres")
+	_, db := testdb.Shared(t, tg)
+	ctx := electorCtx(t)
+	const expire = 300 * time.Millisecond
+	nsA, nsB := testdb.Namespace(t), testdb.Namespace(t)
+	ea, eb := newTestElection(t, db, nsA, expire), newTestElection(t, db, nsB, expire)
+	a := uuid.New()
+	for _, e := range []*Election{ea, eb} {
+		if l, err := e.Elect(ctx, a); err != nil || !l.HeldBy(a) || l.Term != 1 {
+			t.Fatalf("Elect: %+v, %v", l, err)
+		}
+	}
+	time.Sleep(expire + 100*time.Millisecond)
+
+	// A takes its lapsed seat in B again (term 2) in a transaction; the
+	// vacate of both seats waits behind it.
+	tx := db.Begin()
+	if l, err := eb.Elect(ctx, a, WithTx(tx)); err != nil || !l.HeldBy(a) || l.Term != 2 {
+		_ = tx.Rollback()
+		t.Fatalf("Elect in a transaction: %+v, %v", l, err)
+	}
+	type outcome struct {
+		vacated, moved []string
+		err            error
+	}
+	got := make(chan outcome, 1)
+	go func() {
+		var o outcome
+		var ok bool
+		o.vacated, o.moved, ok, o.err = dialect.VacateSeats(ctx, testdb.Raw(t, db), ea.d, dialect.SeatsVacate{ID: a,
+			Namespaces: []string{nsA, nsB}, Payloads: []string{handoff.Payload(a, nsA), handoff.Payload(a, nsB)},
+			Reason: string(EndUnregistered), Channel: handoff.Channel("")})
+		if !ok && o.err == nil {
+			o.err = errors.New("VacateSeats is not supported")
+		}
+		got <- o
+	}()
+	queuedOn(t, db, "WITH t AS")
+	if err := tx.Commit().Error; err != nil {
+		t.Fatal(err)
+	}
+	o := <-got
+	if o.err != nil || !slices.Equal(o.vacated, []string{nsA}) || !slices.Equal(o.moved, []string{nsB}) {
+		t.Fatalf("VacateSeats behind a grant: vacated %v, moved %v, %v; want %s vacated and %s moved", o.vacated, o.moved, o.err, nsA, nsB)
+	}
+	if l, err := ea.Leader(ctx); err != nil || !l.Vacant() {
+		t.Errorf("the vacated seat: %+v, %v, want vacant", l, err)
+	}
+	if l, err := eb.Leader(ctx); err != nil || !l.HeldBy(a) || l.Term != 2 {
+		t.Errorf("the seat that moved: %+v, %v, want A's term 2, as the grant left it", l, err)
+	}
+	wantHistory(t, ctx, ea, []termWant{{1, a, EndUnregistered}})
+	wantHistory(t, ctx, eb, []termWant{{2, a, ""}, {1, a, EndExpired}})
 }

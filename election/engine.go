@@ -539,16 +539,8 @@ var errWorkRunning = fmt.Errorf("the leader's work has not returned")
 // wrapping errWorkRunning and ctx's error: the seat is never vacated
 // while the leader's work runs.
 func (m *machine) vacateAfterWork(ctx context.Context, op string, term int64, unregister bool) error {
-	for _, c := range []<-chan struct{}{m.inflight.wait(), m.work.wait()} {
-		select {
-		case <-c: // done already: ctx's end does not matter here
-		default:
-			select {
-			case <-c:
-			case <-ctx.Done():
-				return fmt.Errorf("election: %s: %w: %w", op, errWorkRunning, ctx.Err())
-			}
-		}
+	if err := m.afterWork(ctx, op); err != nil {
+		return err
 	}
 	if m.giveUps != nil && !unregister {
 		select {
@@ -564,6 +556,24 @@ func (m *machine) vacateAfterWork(ctx context.Context, op string, term int64, un
 	}
 	m.box.unlock()
 	return m.e.vacate(ctx, op, m.id, term, unregister, nil)
+}
+
+// afterWork returns once the leader's work has returned and the calls in
+// flight that may grant the seat are done, or, when ctx ends first, an
+// error wrapping errWorkRunning and ctx's error.
+func (m *machine) afterWork(ctx context.Context, op string) error {
+	for _, c := range []<-chan struct{}{m.inflight.wait(), m.work.wait()} {
+		select {
+		case <-c: // done already: ctx's end does not matter here
+		default:
+			select {
+			case <-c:
+			case <-ctx.Done():
+				return fmt.Errorf("election: %s: %w: %w", op, errWorkRunning, ctx.Err())
+			}
+		}
+	}
+	return nil
 }
 
 // The machine is a member of its namespace's handoff hub (handoff.Member).

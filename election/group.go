@@ -519,8 +519,9 @@ func (g *Group) Leave(ctx context.Context, ns string) error {
 // refreshes every candidate row, in one statement each, and hands the
 // seats it found free to its attempts, which run beside the rounds. When
 // ctx ends it stops leading everywhere, waits for the callbacks, vacates
-// each term as soon as its work has returned, deletes its candidate rows
-// and returns nil, all within ShutdownTimeout. A namespace whose work has
+// each term as soon as its work has returned (on PostgreSQL those whose
+// work has returned in one statement), deletes its candidate rows and
+// returns nil, all within ShutdownTimeout. A namespace whose work has
 // not returned by then is neither vacated nor unregistered: its lease and
 // row expire by themselves.
 //

@@ -350,31 +350,98 @@ func (g *Group) shutdown(ctx context.Context, err error) error {
 		return err
 	}
 	g.unregister(sctx, rest)
-	// Vacate each term as soon as its work has returned, several at once
-	// (each in its own transaction: one seat's failure leaves the others
-	// vacated).
-	slots := make(chan struct{}, dialect.ConcurrentWriters(g.base.d))
-	var vacating sync.WaitGroup
-	for _, mem := range vacate {
-		vacating.Add(1)
+	g.vacateAll(sctx, vacate)
+	return nil
+}
+
+// vacateAll vacates the terms of mems and deletes their candidate rows,
+// each once its work has returned. On PostgreSQL the seats whose work has
+// returned go in one statement (VacateSeats), and those whose work
+// returns meanwhile in the next; elsewhere, and for a seat whose row
+// changed while the statement waited, several at once, each in its own
+// transaction. One seat's failure leaves the others vacated.
+func (g *Group) vacateAll(ctx context.Context, mems []*member) {
+	ready := make(chan *member, len(mems)) // nil: one whose work did not return
+	for _, mem := range mems {
 		go func() {
-			defer vacating.Done()
-			select {
-			case <-mem.m.work.wait():
-			case <-sctx.Done():
+			if err := mem.m.afterWork(ctx, "Run"); err != nil {
 				g.log.Warn("election: returning without vacating: the leader's work has not returned within ShutdownTimeout; the lease expires by itself",
 					"namespace", mem.ns, "shutdown_timeout", g.cfg.ShutdownTimeout)
-				return
+				mem = nil
 			}
+			ready <- mem
+		}()
+	}
+	slots := make(chan struct{}, dialect.ConcurrentWriters(g.base.d))
+	var single sync.WaitGroup
+	one := func(mem *member) {
+		single.Add(1)
+		go func() {
+			defer single.Done()
 			slots <- struct{}{}
 			defer func() { <-slots }()
-			if err := mem.m.vacateAfterWork(sctx, "Run", anyTerm, true); err != nil {
+			if err := mem.m.e.vacate(ctx, "Run", g.id, anyTerm, true, nil); err != nil {
 				g.log.Warn("election: vacating on shutdown failed; the lease expires by itself", "namespace", mem.ns, "err", err)
 			}
 		}()
 	}
-	vacating.Wait()
-	return nil
+	batch := dialect.VacatesSeatsAtOnce(g.base.d)
+	for left := len(mems); left > 0; {
+		var got []*member
+		take := func(mem *member) {
+			left--
+			if mem != nil {
+				got = append(got, mem)
+			}
+		}
+		take(<-ready)
+		// Where one statement vacates many, with those ready by now.
+		for batch && len(ready) > 0 {
+			take(<-ready)
+		}
+		switch {
+		case len(got) == 0:
+		case !batch || len(got) == 1:
+			for _, mem := range got {
+				one(mem)
+			}
+		default:
+			g.vacateSeats(ctx, got, one)
+		}
+	}
+	single.Wait()
+}
+
+// vacateSeats vacates the terms of mems in one statement (VacateSeats),
+// and the seats whose rows changed while it waited with one.
+func (g *Group) vacateSeats(ctx context.Context, mems []*member, one func(*member)) {
+	a := dialect.SeatsVacate{ID: g.id, Reason: string(EndUnregistered), Channel: handoff.Channel(g.base.schema)}
+	by := make(map[string]*member, len(mems))
+	for _, mem := range mems {
+		a.Namespaces = append(a.Namespaces, mem.ns)
+		a.Payloads = append(a.Payloads, handoff.Payload(g.id, mem.ns))
+		by[mem.ns] = mem
+	}
+	var vacated, moved []string
+	err := g.batch.autocommit(ctx, "Run", nil, func(conn gorm.ConnPool, _ bool) error {
+		var err error
+		vacated, moved, _, err = dialect.VacateSeats(ctx, conn, g.base.d, a)
+		return err
+	})
+	for _, mem := range mems {
+		mem.m.e.forget(g.id)
+	}
+	if err != nil {
+		g.log.Warn("election: vacating on shutdown failed; the leases expire by themselves", "namespaces", len(mems), "err", err)
+		return
+	}
+	for _, ns := range vacated {
+		// announceVacancy's wake-up in this process, after the fact.
+		handoff.Wake(by[ns].m.e.hubKey(), handoff.Local, g.id)
+	}
+	for _, ns := range moved {
+		one(by[ns])
+	}
 }
 
 // unregister deletes the Group's candidate rows in namespaces nss, in one

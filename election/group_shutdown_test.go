@@ -1,0 +1,88 @@
+package election_test
+
+import (
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sqlelect/sqlelect/election"
+	"github.com/sqlelect/sqlelect/internal/rtcount"
+	"github.com/sqlelect/sqlelect/internal/testdb"
+)
+
+// TestGroupShutdownVacatesInOneStatement: on PostgreSQL, a Group whose
+// Run returns vacates the seats whose work has returned in one statement,
+// not in one a seat: every seat is vacated, its term ended as
+// unregistered in the history and its candidate row deleted, and the
+// other processes' candidates are woken by the statement's notifications,
+// so that another Group leads every namespace long before the leases
+// would have expired.
+func TestGroupShutdownVacatesInOneStatement(t *testing.T) {
+	tg := testdb.Only(t, "postgres")
+	testdb.SkipWithoutNotifications(t, tg)
+	const n = 32
+	var counting atomic.Bool
+	var batches, singles, begins atomic.Int64
+	c := &rtcount.Counter{Observe: func(k rtcount.Kind, q string) {
+		if !counting.Load() {
+			return
+		}
+		switch {
+		case k == rtcount.Begin:
+			begins.Add(1)
+		case strings.HasPrefix(q, "WITH t AS (\n  SELECT * FROM unnest("):
+			batches.Add(1)
+		case strings.HasPrefix(q, "WITH seen AS ("):
+			singles.Add(1)
+		}
+	}}
+	db, _ := openCountedWith(t, tg, c)
+	other := testdb.Open(t, tg)
+	nss := groupNamespaces(t, n)
+	const expire = 10 * time.Second
+	a := runGroup(t, db, uuid.New(), election.GroupConfig{Namespaces: nss}, election.WithExpire(expire))
+	waitUntil(t, 30*time.Second, "a leads every namespace", func() bool { return len(a.g.Leading()) == n })
+	b := runGroup(t, other, uuid.New(), election.GroupConfig{Namespaces: nss}, election.WithExpire(expire))
+	defer func() { must(t, "Run", b.stop()) }()
+	waitUntil(t, 30*time.Second, "b is a candidate in every namespace", func() bool {
+		for _, ns := range nss {
+			if _, ok := candidateRows(t, other, ns)[b.g.ID()]; !ok {
+				return false
+			}
+		}
+		return true
+	})
+
+	counting.Store(true)
+	stopped := time.Now()
+	must(t, "Run", a.stop())
+	counting.Store(false)
+	if k := batches.Load(); k < 1 || k > 4 {
+		t.Errorf("%d statements vacated %d seats, want 1 to 4", k, n)
+	}
+	if k, bg := singles.Load(), begins.Load(); k != 0 || bg != 0 {
+		t.Errorf("%d seats vacated one at a time and %d transactions begun on the way out, want none", k, bg)
+	}
+	for _, ns := range nss {
+		if _, ok := candidateRows(t, other, ns)[a.g.ID()]; ok {
+			t.Errorf("%s: a's candidate row is left", ns)
+		}
+		h, err := mustElection(t, other, ns).History(testCtx(t), 10)
+		must(t, "History", err)
+		var mine *election.TermRecord
+		for i := range h {
+			if h[i].Leader == a.g.ID() {
+				mine = &h[i]
+			}
+		}
+		if mine == nil || !mine.Ended() || mine.EndReason != election.EndUnregistered {
+			t.Errorf("%s: a's term in the history is %+v, want ended as %q", ns, mine, election.EndUnregistered)
+		}
+	}
+	// Woken, b takes every seat well before a's leases would have ended.
+	waitUntil(t, expire/2, "b leads every namespace after a's shutdown", func() bool { return len(b.g.Leading()) == n })
+	t.Logf("b led all %d namespaces %v after a's Run was stopped", n, time.Since(stopped).Round(time.Millisecond))
+}
