@@ -562,18 +562,30 @@ func (m *machine) vacateAfterWork(ctx context.Context, op string, term int64, un
 // flight that may grant the seat are done, or, when ctx ends first, an
 // error wrapping errWorkRunning and ctx's error.
 func (m *machine) afterWork(ctx context.Context, op string) error {
+	if m.workReturned() { // ctx's end does not matter then
+		return nil
+	}
 	for _, c := range []<-chan struct{}{m.inflight.wait(), m.work.wait()} {
 		select {
-		case <-c: // done already: ctx's end does not matter here
-		default:
-			select {
-			case <-c:
-			case <-ctx.Done():
-				return fmt.Errorf("election: %s: %w: %w", op, errWorkRunning, ctx.Err())
-			}
+		case <-c:
+		case <-ctx.Done():
+			return fmt.Errorf("election: %s: %w: %w", op, errWorkRunning, ctx.Err())
 		}
 	}
 	return nil
+}
+
+// workReturned reports whether the leader's work has returned and the
+// calls in flight that may grant the seat are done.
+func (m *machine) workReturned() bool {
+	for _, c := range []<-chan struct{}{m.inflight.wait(), m.work.wait()} {
+		select {
+		case <-c:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // The machine is a member of its namespace's handoff hub (handoff.Member).

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sqlelect/sqlelect/internal/dialect"
 	"github.com/sqlelect/sqlelect/internal/handoff"
+	"github.com/sqlelect/sqlelect/internal/pace"
 )
 
 // leadsAll reports whether the Group leads every namespace it joined
@@ -357,21 +358,11 @@ func (g *Group) shutdown(ctx context.Context, err error) error {
 // vacateAll vacates the terms of mems and deletes their candidate rows,
 // each once its work has returned. On PostgreSQL the seats whose work has
 // returned go in one statement (VacateSeats), and those whose work
-// returns meanwhile in the next; elsewhere, and for a seat whose row
-// changed while the statement waited, several at once, each in its own
-// transaction. One seat's failure leaves the others vacated.
+// returns later in the next ones, gathered for edgeGather; elsewhere, and
+// for a seat whose row changed while the statement waited, several at
+// once, each in its own transaction. One seat's failure leaves the others
+// vacated.
 func (g *Group) vacateAll(ctx context.Context, mems []*member) {
-	ready := make(chan *member, len(mems)) // nil: one whose work did not return
-	for _, mem := range mems {
-		go func() {
-			if err := mem.m.afterWork(ctx, "Run"); err != nil {
-				g.log.Warn("election: returning without vacating: the leader's work has not returned within ShutdownTimeout; the lease expires by itself",
-					"namespace", mem.ns, "shutdown_timeout", g.cfg.ShutdownTimeout)
-				mem = nil
-			}
-			ready <- mem
-		}()
-	}
 	slots := make(chan struct{}, dialect.ConcurrentWriters(g.base.d))
 	var single sync.WaitGroup
 	one := func(mem *member) {
@@ -386,28 +377,42 @@ func (g *Group) vacateAll(ctx context.Context, mems []*member) {
 		}()
 	}
 	batch := dialect.VacatesSeatsAtOnce(g.base.d)
-	for left := len(mems); left > 0; {
-		var got []*member
-		take := func(mem *member) {
-			left--
-			if mem != nil {
-				got = append(got, mem)
-			}
-		}
-		take(<-ready)
-		// Where one statement vacates many, with those ready by now.
-		for batch && len(ready) > 0 {
-			take(<-ready)
-		}
-		switch {
-		case len(got) == 0:
-		case !batch || len(got) == 1:
-			for _, mem := range got {
-				one(mem)
-			}
-		default:
+	vacate := func(got []*member) {
+		if batch && len(got) > 1 {
 			g.vacateSeats(ctx, got, one)
+			return
 		}
+		for _, mem := range got {
+			one(mem)
+		}
+	}
+	var now, later []*member
+	for _, mem := range mems {
+		if mem.m.workReturned() {
+			now = append(now, mem)
+		} else {
+			later = append(later, mem)
+		}
+	}
+	vacate(now)
+	ready := make(chan *member, len(later)) // nil: one whose work did not return
+	for _, mem := range later {
+		go func() {
+			if err := mem.m.afterWork(ctx, "Run"); err != nil {
+				g.log.Warn("election: returning without vacating: the leader's work has not returned within ShutdownTimeout; the lease expires by itself",
+					"namespace", mem.ns, "shutdown_timeout", g.cfg.ShutdownTimeout)
+				mem = nil
+			}
+			ready <- mem
+		}()
+	}
+	for left := len(later); left > 0; {
+		got := []*member{<-ready}
+		if batch {
+			got = pace.Gather(ctx, ready, got[0], edgeGather)
+		}
+		left -= len(got)
+		vacate(slices.DeleteFunc(got, func(mem *member) bool { return mem == nil }))
 	}
 	single.Wait()
 }
