@@ -13,6 +13,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/sqlelect/sqlelect/election"
+	"github.com/sqlelect/sqlelect/internal/dialect"
 	"github.com/sqlelect/sqlelect/internal/rtcount"
 	"github.com/sqlelect/sqlelect/internal/testdb"
 	"github.com/sqlelect/sqlelect/migrate"
@@ -291,6 +292,40 @@ func TestGroupAttemptsLeaveCandidateRows(t *testing.T) {
 				if single[q] {
 					t.Fatalf("a Group attempt wrote its candidate row with Elect's upsert: %.120s", q)
 				}
+			}
+		})
+	}
+}
+
+// TestGroupAttemptsBeginNoTransaction: a Group takes free seats without
+// a transaction of its own: on PostgreSQL in batch takes, and elsewhere
+// with Elect's fast path (one round trip on MariaDB, two calls on SQLite)
+// without the refresh of the candidate row. Its attempts used to run
+// Elect's transaction there, about seven statements a seat.
+func TestGroupAttemptsBeginNoTransaction(t *testing.T) {
+	for _, tg := range testdb.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			var begins atomic.Int64
+			c := &rtcount.Counter{Observe: func(k rtcount.Kind, _ string) {
+				if k == rtcount.Begin {
+					begins.Add(1)
+				}
+			}}
+			db, _ := openCountedWith(t, tg, c)
+			d, err := dialect.For(db)
+			must(t, "dialect", err)
+			d, err = dialect.Detect(testCtx(t), db, d)
+			must(t, "detecting the server", err)
+			if dialect.AcquirerOf(d) == nil && !dialect.TakesSeatsAtOnce(d) {
+				t.Skipf("%s has no one-round-trip Elect (MySQL, TiDB, a SQLite driver without several statements a call)", d.Name())
+			}
+			begins.Store(0) // the migrations'
+			nss := groupNamespaces(t, 8)
+			g := runGroup(t, db, uuid.New(), election.GroupConfig{Namespaces: nss, Interval: 200 * time.Millisecond})
+			defer func() { must(t, "Run", g.stop()) }()
+			waitUntil(t, 30*time.Second, "the Group leads every namespace", func() bool { return len(g.g.Leading()) == len(nss) })
+			if b := begins.Load(); b != 0 {
+				t.Errorf("%d transactions began on the way to leading %d free seats, want 0", b, len(nss))
 			}
 		})
 	}

@@ -124,16 +124,8 @@ func (e *Election) campaign(ctx context.Context, id uuid.UUID, yield bool, opts 
 	// and never locks a seat another candidate holds live (the contention
 	// rule below), so it needs no reading of the seat beforehand.
 	acquirer := dialect.AcquirerOf(e.d)
-	if e.rowsKept.Load() {
-		// A Group's Election (its rounds keep the candidate's row) keeps
-		// the paths below: with the fast path, the chaos soak's Groups
-		// changed leaders about three times as often (102-111 terms in
-		// 30 s against 29-49) and their rounds stalled, on PostgreSQL and
-		// MariaDB alike; the cause is not found yet.
-		acquirer = nil
-	}
 	if acquirer != nil && !inCallerTx(opts) {
-		l, done, err := e.acquire(ctx, acquirer, id, opts)
+		l, done, err := e.acquire(ctx, acquirer, id, !e.heldByAnother(id), opts)
 		if err != nil {
 			return Lease{}, false, err
 		}
@@ -201,13 +193,10 @@ func (e *Election) campaign(ctx context.Context, id uuid.UUID, yield bool, opts 
 // of a conflicting creation. Otherwise (a seat that changed between the
 // unlocked read and the lock, a creation that conflicted twice) nothing
 // but id's row was written, and Elect's transaction decides.
-func (e *Election) acquire(ctx context.Context, a dialect.Acquirer, id uuid.UUID, opts []CallOption) (_ Lease, done bool, _ error) {
+func (e *Election) acquire(ctx context.Context, a dialect.Acquirer, id uuid.UUID, lock bool, opts []CallOption) (_ Lease, done bool, _ error) {
 	args := dialect.AcquireArgs{Namespace: e.namespace, ID: id, Expire: e.expire, Refresh: !e.rowsKept.Load(),
 		Hostname: e.identity.Hostname, PID: e.identity.PID, Label: e.identity.Label, Lapsed: string(EndExpired),
-		// The seat was last read free, or a handoff said it is changing
-		// hands: the locked path is the one that can succeed, and the
-		// vacating transaction may not have committed yet.
-		Lock: !e.heldByAnother(id)}
+		Lock: lock}
 	pool := e.pool()
 	for attempt := 0; attempt < 2; attempt++ {
 		var r dialect.Acquired
@@ -265,8 +254,21 @@ func inCallerTx(opts []CallOption) bool {
 // refreshes its rows in its rounds). Otherwise it is Elect, which then
 // takes the locked path at once. When many processes start together, the
 // attempts that lose a seat taken since the reading cost one read each,
-// not a transaction queued on the seat's lock.
+// not a transaction queued on the seat's lock. Where the database has
+// Elect's fast path, that is all one round trip: the statement reads the
+// seat unlocked first, and locks it only when that reading shows it free.
 func (e *Election) electIfFree(ctx context.Context, id uuid.UUID) (Lease, error) {
+	if a := dialect.AcquirerOf(e.d); a != nil {
+		l, done, err := e.acquire(ctx, a, id, false, nil)
+		if err != nil {
+			return Lease{}, err
+		}
+		if done {
+			e.remember(id, l)
+			return l, nil
+		}
+		return e.Elect(ctx, id)
+	}
 	var (
 		out  Lease
 		held bool
