@@ -125,6 +125,9 @@ func (e *Election) campaign(ctx context.Context, id uuid.UUID, yield bool, opts 
 	// rule below), so it needs no reading of the seat beforehand.
 	acquirer := dialect.AcquirerOf(e.d)
 	if acquirer != nil && !inCallerTx(opts) {
+		// The seat was last read free, or a handoff said it is changing
+		// hands: the locked path is the one that can succeed, and the
+		// vacating transaction may not have committed yet.
 		l, done, err := e.acquire(ctx, acquirer, id, !e.heldByAnother(id), opts)
 		if err != nil {
 			return Lease{}, false, err
@@ -192,7 +195,9 @@ func (e *Election) campaign(ctx context.Context, id uuid.UUID, yield bool, opts 
 // same moment is decided by running it once more, as the protocol's retry
 // of a conflicting creation. Otherwise (a seat that changed between the
 // unlocked read and the lock, a creation that conflicted twice) nothing
-// but id's row was written, and Elect's transaction decides.
+// but id's row was written, and Elect's transaction decides. With lock
+// the statement locks the seat whatever its unlocked reading shows (see
+// dialect.AcquireArgs.Lock).
 func (e *Election) acquire(ctx context.Context, a dialect.Acquirer, id uuid.UUID, lock bool, opts []CallOption) (_ Lease, done bool, _ error) {
 	args := dialect.AcquireArgs{Namespace: e.namespace, ID: id, Expire: e.expire, Refresh: !e.rowsKept.Load(),
 		Hostname: e.identity.Hostname, PID: e.identity.PID, Label: e.identity.Label, Lapsed: string(EndExpired),
