@@ -558,36 +558,6 @@ func (m *machine) vacateAfterWork(ctx context.Context, op string, term int64, un
 	return m.e.vacate(ctx, op, m.id, term, unregister, nil)
 }
 
-// afterWork returns once the leader's work has returned and the calls in
-// flight that may grant the seat are done, or, when ctx ends first, an
-// error wrapping errWorkRunning and ctx's error.
-func (m *machine) afterWork(ctx context.Context, op string) error {
-	if m.workReturned() { // ctx's end does not matter then
-		return nil
-	}
-	for _, c := range []<-chan struct{}{m.inflight.wait(), m.work.wait()} {
-		select {
-		case <-c:
-		case <-ctx.Done():
-			return fmt.Errorf("election: %s: %w: %w", op, errWorkRunning, ctx.Err())
-		}
-	}
-	return nil
-}
-
-// workReturned reports whether the leader's work has returned and the
-// calls in flight that may grant the seat are done.
-func (m *machine) workReturned() bool {
-	for _, c := range []<-chan struct{}{m.inflight.wait(), m.work.wait()} {
-		select {
-		case <-c:
-		default:
-			return false
-		}
-	}
-	return true
-}
-
 // The machine is a member of its namespace's handoff hub (handoff.Member).
 
 // Candidate is the machine's candidate id.

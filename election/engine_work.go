@@ -1,6 +1,8 @@
 package election
 
 import (
+	"context"
+	"fmt"
 	"sync"
 )
 
@@ -147,4 +149,34 @@ func (c *counter) wait() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.empty
+}
+
+// afterWork returns once the leader's work has returned and the calls in
+// flight that may grant the seat are done, or, when ctx ends first, an
+// error wrapping errWorkRunning and ctx's error.
+func (m *machine) afterWork(ctx context.Context, op string) error {
+	if m.workReturned() { // ctx's end does not matter then
+		return nil
+	}
+	for _, c := range []<-chan struct{}{m.inflight.wait(), m.work.wait()} {
+		select {
+		case <-c:
+		case <-ctx.Done():
+			return fmt.Errorf("election: %s: %w: %w", op, errWorkRunning, ctx.Err())
+		}
+	}
+	return nil
+}
+
+// workReturned reports whether the leader's work has returned and the
+// calls in flight that may grant the seat are done.
+func (m *machine) workReturned() bool {
+	for _, c := range []<-chan struct{}{m.inflight.wait(), m.work.wait()} {
+		select {
+		case <-c:
+		default:
+			return false
+		}
+	}
+	return true
 }
