@@ -2,15 +2,12 @@ package election_test
 
 import (
 	"context"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/sqlelect/sqlelect/election"
-	"github.com/sqlelect/sqlelect/internal/rtcount"
 	"github.com/sqlelect/sqlelect/internal/testdb"
 )
 
@@ -23,16 +20,7 @@ import (
 func TestGroupTakesLapsedSeatsInOneStatement(t *testing.T) {
 	tg := testdb.Only(t, "postgres")
 	const n = 64
-	var begins, takes atomic.Int64
-	c := &rtcount.Counter{Observe: func(k rtcount.Kind, q string) {
-		switch {
-		case k == rtcount.Begin:
-			begins.Add(1)
-		case strings.HasPrefix(q, "WITH w AS (SELECT DISTINCT unnest("):
-			takes.Add(1)
-		}
-	}}
-	db, _ := openCountedWith(t, tg, c)
+	db, tl := openTallied(t, tg, "WITH w AS (SELECT DISTINCT unnest(")
 	testdb.Raw(t, db).SetMaxOpenConns(3)
 	raw := testdb.Raw(t, testdb.Open(t, tg))
 	nss := groupNamespaces(t, n)
@@ -52,17 +40,17 @@ func TestGroupTakesLapsedSeatsInOneStatement(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	begins.Store(0) // the migrations'
+	tl.on.Store(true)
 	r := runGroup(t, db, uuid.New(), election.GroupConfig{Namespaces: nss, Interval: 600 * time.Millisecond}, election.WithExpire(2*time.Second))
 	defer func() { must(t, "Run", r.stop()) }()
 	waitUntil(t, 30*time.Second, "the Group leads every namespace", func() bool { return len(r.g.Leading()) == n })
-	if b := begins.Load(); b != 0 {
+	if b := tl.begins.Load(); b != 0 {
 		t.Errorf("%d transactions began on the way to leading %d lapsed seats, want 0 (one statement takes many)", b, n)
 	}
 	// A few batches: the edges fire within a moment of each other, and a
 	// take sent a little before the database's end of the leases is
 	// tried again at the end.
-	if k := takes.Load(); k < 1 || k > n/4 {
+	if k := tl.sent[0].Load(); k < 1 || k > n/4 {
 		t.Errorf("%d batch takes for %d seats whose leases ended together, want 1 to %d", k, n, n/4)
 	}
 	for _, ns := range nss {

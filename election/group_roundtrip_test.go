@@ -91,6 +91,36 @@ func openCountedWith(tb testing.TB, tg testdb.Target, c *rtcount.Counter) (*gorm
 	return db, dsn
 }
 
+// tally counts, on a pool openTallied opened, the transactions begun and
+// the statements sent that begin with each of its prefixes, while on (off
+// at first: the migrations are not counted).
+type tally struct {
+	on       atomic.Bool
+	begins   atomic.Int64
+	prefixes []string
+	sent     []atomic.Int64 // by prefix
+}
+
+// openTallied is openCountedWith counted by a tally of prefixes.
+func openTallied(tb testing.TB, tg testdb.Target, prefixes ...string) (*gorm.DB, *tally) {
+	tl := &tally{prefixes: prefixes, sent: make([]atomic.Int64, len(prefixes))}
+	db, _ := openCountedWith(tb, tg, &rtcount.Counter{Observe: func(k rtcount.Kind, q string) {
+		switch {
+		case !tl.on.Load():
+		case k == rtcount.Begin:
+			tl.begins.Add(1)
+		default:
+			for i, p := range tl.prefixes {
+				if strings.HasPrefix(q, p) {
+					tl.sent[i].Add(1)
+					return
+				}
+			}
+		}
+	}})
+	return db, tl
+}
+
 // isPrune reports whether query is one of the statements a leader prunes
 // with, every five expiry windows, after a round and never in it.
 func isPrune(query string) bool {
@@ -305,13 +335,7 @@ func TestGroupAttemptsLeaveCandidateRows(t *testing.T) {
 func TestGroupAttemptsBeginNoTransaction(t *testing.T) {
 	for _, tg := range testdb.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
-			var begins atomic.Int64
-			c := &rtcount.Counter{Observe: func(k rtcount.Kind, _ string) {
-				if k == rtcount.Begin {
-					begins.Add(1)
-				}
-			}}
-			db, _ := openCountedWith(t, tg, c)
+			db, tl := openTallied(t, tg)
 			d, err := dialect.For(db)
 			must(t, "dialect", err)
 			d, err = dialect.Detect(testCtx(t), db, d)
@@ -319,12 +343,12 @@ func TestGroupAttemptsBeginNoTransaction(t *testing.T) {
 			if dialect.AcquirerOf(d) == nil && !dialect.TakesSeatsAtOnce(d) {
 				t.Skipf("%s has no one-round-trip Elect (MySQL, TiDB, a SQLite driver without several statements a call)", d.Name())
 			}
-			begins.Store(0) // the migrations'
+			tl.on.Store(true)
 			nss := groupNamespaces(t, 8)
 			g := runGroup(t, db, uuid.New(), election.GroupConfig{Namespaces: nss, Interval: 200 * time.Millisecond})
 			defer func() { must(t, "Run", g.stop()) }()
 			waitUntil(t, 30*time.Second, "the Group leads every namespace", func() bool { return len(g.g.Leading()) == len(nss) })
-			if b := begins.Load(); b != 0 {
+			if b := tl.begins.Load(); b != 0 {
 				t.Errorf("%d transactions began on the way to leading %d free seats, want 0", b, len(nss))
 			}
 		})

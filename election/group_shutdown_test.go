@@ -1,15 +1,12 @@
 package election_test
 
 import (
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/sqlelect/sqlelect/election"
-	"github.com/sqlelect/sqlelect/internal/rtcount"
 	"github.com/sqlelect/sqlelect/internal/testdb"
 )
 
@@ -24,22 +21,8 @@ func TestGroupShutdownVacatesInOneStatement(t *testing.T) {
 	tg := testdb.Only(t, "postgres")
 	testdb.SkipWithoutNotifications(t, tg)
 	const n = 32
-	var counting atomic.Bool
-	var batches, singles, begins atomic.Int64
-	c := &rtcount.Counter{Observe: func(k rtcount.Kind, q string) {
-		if !counting.Load() {
-			return
-		}
-		switch {
-		case k == rtcount.Begin:
-			begins.Add(1)
-		case strings.HasPrefix(q, "WITH t AS (\n  SELECT * FROM unnest("):
-			batches.Add(1)
-		case strings.HasPrefix(q, "WITH seen AS ("):
-			singles.Add(1)
-		}
-	}}
-	db, _ := openCountedWith(t, tg, c)
+	// The batch vacate, then the one-seat vacate.
+	db, tl := openTallied(t, tg, "WITH t AS (\n  SELECT * FROM unnest(", "WITH seen AS (")
 	other := testdb.Open(t, tg)
 	nss := groupNamespaces(t, n)
 	const expire = 10 * time.Second
@@ -56,14 +39,14 @@ func TestGroupShutdownVacatesInOneStatement(t *testing.T) {
 		return true
 	})
 
-	counting.Store(true)
+	tl.on.Store(true)
 	stopped := time.Now()
 	must(t, "Run", a.stop())
-	counting.Store(false)
-	if k := batches.Load(); k < 1 || k > 4 {
+	tl.on.Store(false)
+	if k := tl.sent[0].Load(); k < 1 || k > 4 {
 		t.Errorf("%d statements vacated %d seats, want 1 to 4", k, n)
 	}
-	if k, bg := singles.Load(), begins.Load(); k != 0 || bg != 0 {
+	if k, bg := tl.sent[1].Load(), tl.begins.Load(); k != 0 || bg != 0 {
 		t.Errorf("%d seats vacated one at a time and %d transactions begun on the way out, want none", k, bg)
 	}
 	for _, ns := range nss {
