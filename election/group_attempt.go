@@ -273,26 +273,31 @@ func (g *Group) takeSeats(ctx context.Context, mems []*member, cause roundCause)
 	for i, mem := range mems {
 		nss[i] = mem.ns
 	}
-	var grants []dialect.RoundSeat
+	granted := make(map[string]Lease, len(mems))
 	err := g.hooks.before(actx)
-	if err == nil {
+	// In statements of at most SeatsPerTake namespaces, each committing
+	// by itself: the grants of those that did stand when a later one
+	// fails.
+	for per := dialect.SeatsPerTake(g.base.d); err == nil && len(nss) > 0; {
+		part := nss[:min(len(nss), per)]
+		nss = nss[len(part):]
 		id := g.base.identity
 		err = g.batch.autocommit(actx, "Elect", nil, func(conn gorm.ConnPool, _ bool) error {
-			var err error
-			grants, _, err = dialect.TakeSeats(actx, conn, g.base.d, g.id, nss, g.base.expire, id.Hostname, id.PID, id.Label, string(EndExpired))
+			grants, _, err := dialect.TakeSeats(actx, conn, g.base.d, g.id, part, g.base.expire, id.Hostname, id.PID, id.Label, string(EndExpired))
+			for _, s := range grants {
+				granted[s.Namespace] = Lease{Namespace: s.Namespace, Leader: g.id, Term: s.Term, ExpiresAt: s.Expires.Time, AcquiredAt: s.Acquired.Time}
+			}
 			return err
 		})
 	}
-	granted := make(map[string]Lease, len(grants))
-	for _, s := range grants {
-		granted[s.Namespace] = Lease{Namespace: s.Namespace, Leader: g.id, Term: s.Term, ExpiresAt: s.Expires.Time, AcquiredAt: s.Acquired.Time}
-	}
 	g.box.lock()
 	for _, mem := range mems {
-		r := result{start: start, cause: cause, err: err}
+		r := result{start: start, cause: cause}
 		if l, ok := granted[mem.ns]; ok {
 			r.lease = l
 			mem.seen = true
+		} else if err != nil {
+			r.err = err
 		} else {
 			// Taken by another since the reading: the next round, or the
 			// lease's edge, shows it.

@@ -3,6 +3,7 @@ package dialect
 import (
 	"context"
 	"database/sql"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -456,22 +457,31 @@ func anyStrings(ss []string) []any {
 	return out
 }
 
-// TakeSeats grants, on PostgreSQL, every free seat of nss to the member in
-// one statement, as TakeSeat does one: a namespace without a leader row
-// gets one in term 1; an existing seat that reads vacant or lapsed is
-// locked, the clock read after its lock, and granted in the next term if
-// it is still vacant or lapsed, with the lapsed term ended as expired in
-// the history and the new one recorded. A seat found held is left alone,
-// unlocked, and so is one whose row another transaction has locked (SKIP
-// LOCKED: a renewal, a vacate, another take), so that a batch never waits
-// for a leader's renewal nor makes one wait; the next round or wake-up
-// tries it again. It returns
-// the grants; ok is false on the other databases, whose Groups take seats
-// one at a time. The member's candidate rows are not touched: its member
-// row keeps them.
+// TakeSeats grants every free seat of nss to the member in one statement,
+// as TakeSeat does one, on PostgreSQL and on MariaDB (mariaTake): a
+// namespace without a leader row gets one in term 1; an existing seat that
+// reads vacant or lapsed is locked, the clock read after its lock, and
+// granted in the next term if it is still vacant or lapsed, with the
+// lapsed term ended as expired in the history and the new one recorded. A
+// seat found held is left alone, unlocked, and so is one whose row another
+// transaction has locked (SKIP LOCKED: a renewal, a vacate, another take),
+// so that a batch never waits for a leader's renewal nor makes one wait;
+// the next round or wake-up tries it again. It returns the grants; ok is
+// false on the other databases, whose Groups take seats one at a time.
+// The member's candidate rows are not touched: its member row keeps them.
+// nss holds at most SeatsPerTake(d) namespaces. It runs outside any
+// transaction: MariaDB's statement holds one of its own.
 func TakeSeats(ctx context.Context, conn gorm.ConnPool, d Dialect, member uuid.UUID, nss []string, expire time.Duration,
 	hostname string, pid int, label, expired string) (grants []RoundSeat, ok bool, err error) {
-	if _, ok := d.(postgres); !ok {
+	switch d := d.(type) {
+	case postgres:
+	case mysql:
+		if !d.compound {
+			return nil, false, nil
+		}
+		grants, err := mariaTakeSeats(ctx, conn, member, nss, expire, hostname, pid, label, expired)
+		return grants, true, err
+	default:
 		return nil, false, nil
 	}
 	rows, err := conn.QueryContext(ctx, finish(d, pgTakeSeats()), TextArray(nss), member, d.DurationArg(expire), hostname, int64(pid), label, expired)
@@ -524,9 +534,21 @@ func pgTakeSeats() string {
 
 // TakesSeatsAtOnce reports whether d grants many seats in one statement
 // (TakeSeats).
-func TakesSeatsAtOnce(d Dialect) bool {
-	_, ok := d.(postgres)
-	return ok
+func TakesSeatsAtOnce(d Dialect) bool { return SeatsPerTake(d) > 0 }
+
+// SeatsPerTake is the most namespaces one TakeSeats carries on d: none
+// where it takes none; on PostgreSQL, whose arrays travel as parameters,
+// as many as a Group may try at once.
+func SeatsPerTake(d Dialect) int {
+	switch d := d.(type) {
+	case postgres:
+		return math.MaxInt
+	case mysql:
+		if d.compound {
+			return mariaTakeMax
+		}
+	}
+	return 0
 }
 
 // stmtNow is the database clock as of the statement's start: constant for
