@@ -356,9 +356,10 @@ func (g *Group) shutdown(ctx context.Context, err error) error {
 }
 
 // vacateAll vacates the terms of mems and deletes their candidate rows,
-// each once its work has returned. On PostgreSQL the seats whose work has
-// returned go in one statement (VacateSeats), and those whose work
-// returns later in the next ones, gathered for edgeGather; elsewhere, and
+// each once its work has returned. On PostgreSQL and MariaDB the seats
+// whose work has returned go in one statement (VacateSeats), and those
+// whose work returns later in the next ones, gathered for edgeGather;
+// elsewhere, and
 // for a seat whose row changed while the statement waited, several at
 // once, each in its own transaction. One seat's failure leaves the others
 // vacated.
@@ -420,7 +421,7 @@ func (g *Group) vacateAll(ctx context.Context, mems []*member) {
 // vacateSeats vacates the terms of mems in one statement (VacateSeats),
 // and the seats whose rows changed while it waited with one.
 func (g *Group) vacateSeats(ctx context.Context, mems []*member, one func(*member)) {
-	a := dialect.SeatsVacate{ID: g.id, Reason: string(EndUnregistered), Channel: handoff.Channel(g.base.schema)}
+	a := dialect.SeatsVacate{ID: g.id, Reason: string(EndUnregistered), Channel: handoff.Channel(g.base.schema), Pool: g.base.pool()}
 	by := make(map[string]*member, len(mems))
 	for _, mem := range mems {
 		a.Namespaces = append(a.Namespaces, mem.ns)

@@ -156,15 +156,15 @@ const mariaVacate = "BEGIN NOT ATOMIC " +
 	"IF v_unregister THEN DELETE FROM election_candidates WHERE namespace = v_ns AND candidate_id = v_id; END IF; " +
 	"COMMIT; "
 
-// mariaVacateListeners ends mariaVacate: the count of seats cleared, then
-// the columns myUsedSQL reads (the connection id, the server, the holder
-// of every wake-up slot of the channel), the slots read only when a seat
-// was cleared.
-func mariaVacateListeners() string {
+// mariaVacateListeners ends mariaVacate and mariaVacateSeats with a row:
+// the first column, then the columns myUsedSQL reads (the connection id,
+// the server, the holder of every wake-up slot of the channel), the slots
+// read only when v_count, the count of seats cleared, is not 0.
+func mariaVacateListeners(first, count string) string {
 	var b strings.Builder
-	b.WriteString("SELECT v_n, CONNECTION_ID(), " + myServerCols)
+	b.WriteString("SELECT " + first + ", CONNECTION_ID(), " + myServerCols)
 	for i := range mySlotCount {
-		fmt.Fprintf(&b, ", IF(v_n > 0, IS_USED_LOCK(CONCAT(x.p, %d)), NULL)", i)
+		fmt.Fprintf(&b, ", IF(%s > 0, IS_USED_LOCK(CONCAT(x.p, %d)), NULL)", count, i)
 	}
 	b.WriteString(" FROM (SELECT CONCAT(v_channel, ':', CRC32(COALESCE(DATABASE(), '')), ':') AS p) x; END")
 	return b.String()
@@ -206,7 +206,7 @@ func (d mysql) vacater(callerTx bool) Vacater {
 type mariaVacater struct{ d mysql }
 
 // mariaVacateSQL is mariaVacate with its listeners.
-var mariaVacateSQL = mariaVacate + mariaVacateListeners()
+var mariaVacateSQL = mariaVacate + mariaVacateListeners("v_n", "v_n")
 
 func (v mariaVacater) Vacate(ctx context.Context, conn gorm.ConnPool, pool *sql.DB, in VacateArgs) (bool, func(), error) {
 	var (

@@ -350,14 +350,19 @@ func deliverLocal(srv myServer, holders []myHolder, payload string) []myHolder {
 }
 
 // wake is Notify after a vacating statement that has committed and read
-// the listeners of name on srv (holders): it hands payload to this
+// the listeners of name on srv (holders): it hands each payload to this
 // process's listeners and interrupts the others' waits from other
 // goroutines, through the pool that listened on srv or else through pool
 // (each KILL sent only once the connection it goes through is found on
 // srv, with the listener still in its slot: killVerified), and returns
 // once they are sent, within myKillWait.
-func (d mysql) wake(ctx context.Context, pool *sql.DB, name string, srv myServer, holders []myHolder, payload string) {
-	remote := deliverLocal(srv, holders, payload)
+func (d mysql) wake(ctx context.Context, pool *sql.DB, name string, srv myServer, holders []myHolder, payloads ...string) {
+	var remote []myHolder
+	for i, payload := range payloads {
+		if r := deliverLocal(srv, holders, payload); i == 0 {
+			remote = r // the same holders for every payload
+		}
+	}
 	if len(remote) == 0 {
 		return
 	}

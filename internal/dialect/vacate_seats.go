@@ -2,6 +2,7 @@ package dialect
 
 import (
 	"context"
+	"database/sql"
 
 	"github.com/google/uuid"
 	"gorm.io/gorm"
@@ -18,19 +19,33 @@ type SeatsVacate struct {
 	// Reason is the end reason recorded in the history; Channel the
 	// notification channel.
 	Reason, Channel string
+	// Pool is the pool through which MariaDB's vacate interrupts other
+	// processes' listeners, when none has listened on the server (see
+	// Vacater).
+	Pool *sql.DB
 }
 
-// VacateSeats is, on PostgreSQL, VacateNotify for many seats of one
-// candidate in one statement (Term 0, Unregister): every seat of
-// a.Namespaces that a.ID holds in the statement's snapshot is cleared, its
-// term recorded as ended and its vacancy notified, and the candidate's
-// rows there are deleted. It returns the namespaces vacated, and those the
-// candidate held in the snapshot whose row changed while the statement
+// VacateSeats is, on PostgreSQL and MariaDB, VacateNotify for many seats
+// of one candidate in one statement (Term 0, Unregister): every seat of
+// a.Namespaces that a.ID holds is cleared, its term recorded as ended and
+// its vacancy notified, and the candidate's rows there are deleted. It
+// returns the namespaces vacated, and on PostgreSQL those the candidate
+// held in the statement's snapshot whose row changed while the statement
 // waited for its lock (moved: left as they are, to vacate one at a time,
-// as VacateNotify's ErrSeatMoved). ok is false on the other databases,
-// which vacate one seat at a time.
+// as VacateNotify's ErrSeatMoved); MariaDB's locking read sees the rows as
+// they are once locked, and reports none moved. ok is false on the other
+// databases, which vacate one seat at a time. It runs outside any
+// transaction, and returns once the vacancies are notified.
 func VacateSeats(ctx context.Context, conn gorm.ConnPool, d Dialect, a SeatsVacate) (vacated, moved []string, ok bool, err error) {
-	if _, ok := d.(postgres); !ok {
+	switch d := d.(type) {
+	case postgres:
+	case mysql:
+		if !d.compound {
+			return nil, nil, false, nil
+		}
+		vacated, err := d.mariaVacateSeats(ctx, conn, a)
+		return vacated, nil, true, err
+	default:
 		return nil, nil, false, nil
 	}
 	rows, err := conn.QueryContext(ctx, finish(d, pgVacateSeats), a.ID, TextArray(a.Namespaces), TextArray(a.Payloads), a.Reason, a.Channel)
@@ -58,8 +73,13 @@ func VacateSeats(ctx context.Context, conn gorm.ConnPool, d Dialect, a SeatsVaca
 // VacatesSeatsAtOnce reports whether d vacates many seats of a candidate
 // in one statement (VacateSeats).
 func VacatesSeatsAtOnce(d Dialect) bool {
-	_, ok := d.(postgres)
-	return ok
+	switch d := d.(type) {
+	case postgres:
+		return true
+	case mysql:
+		return d.compound
+	}
+	return false
 }
 
 // pgVacateSeats is VacateSeats' statement, pgVacateNotify over arrays.

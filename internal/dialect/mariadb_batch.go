@@ -2,8 +2,10 @@ package dialect
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -55,39 +57,39 @@ var mariaTake = "BEGIN NOT ATOMIC " +
 	// session's group_concat_max_len, and its count checks it.
 	"SET STATEMENT group_concat_max_len = 4294967295 FOR " +
 	"SELECT JSON_ARRAYAGG(CONVERT(l.namespace USING utf8mb4)), COUNT(*) INTO v_free, v_n " +
-	"FROM election_leaders l JOIN " + mariaNamespaces("v_nss") + " ON l.namespace = w.ns " +
+	"FROM election_leaders l JOIN " + mariaJSONTable("v_nss") + " ON l.namespace = w.ns " +
 	"WHERE l.leader_id IS NULL OR l.lease_expires_at <= SYSDATE(6) FOR UPDATE SKIP LOCKED; " +
 	"IF v_n > 0 AND (JSON_VALID(v_free) = 0 OR JSON_LENGTH(v_free) <> v_n) THEN " +
 	"SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'sqlelect: the locked seats did not fit their array'; " +
 	"END IF; " +
 	"SET v_now = SYSDATE(6); " +
 	"INSERT INTO election_leaders (namespace, leader_id, term, lease_expires_at, acquired_at, updated_at) " +
-	"SELECT w.ns, v_id, 1, v_now + INTERVAL v_us MICROSECOND, v_now, v_now FROM " + mariaNamespaces("v_nss") + " " +
+	"SELECT w.ns, v_id, 1, v_now + INTERVAL v_us MICROSECOND, v_now, v_now FROM " + mariaJSONTable("v_nss") + " " +
 	"WHERE NOT EXISTS (SELECT 1 FROM election_leaders e WHERE e.namespace = w.ns) ORDER BY w.ns " +
 	"ON DUPLICATE KEY UPDATE namespace = election_leaders.namespace; " +
 	"IF v_n > 0 THEN " +
 	"UPDATE election_history h JOIN election_leaders l ON h.namespace = l.namespace AND h.term = l.term " +
-	"JOIN " + mariaNamespaces("v_free") + " ON l.namespace = w.ns " +
+	"JOIN " + mariaJSONTable("v_free") + " ON l.namespace = w.ns " +
 	"SET h.ended_at = l.lease_expires_at, h.end_reason = v_lapsed " +
 	"WHERE l.leader_id IS NOT NULL AND l.lease_expires_at <= v_now AND h.ended_at IS NULL; " +
-	"UPDATE election_leaders l JOIN " + mariaNamespaces("v_free") + " ON l.namespace = w.ns " +
+	"UPDATE election_leaders l JOIN " + mariaJSONTable("v_free") + " ON l.namespace = w.ns " +
 	"SET l.leader_id = v_id, l.term = l.term + 1, l.lease_expires_at = v_now + INTERVAL v_us MICROSECOND, " +
 	"l.acquired_at = v_now, l.updated_at = v_now " +
 	"WHERE l.leader_id IS NULL OR l.lease_expires_at <= v_now; " +
 	"END IF; " +
 	"INSERT INTO election_history (namespace, term, leader_id, hostname, pid, label, acquired_at) " +
 	"SELECT l.namespace, l.term, v_id, v_host, v_pid, v_label, v_now FROM election_leaders l " +
-	"JOIN " + mariaNamespaces("v_nss") + " ON l.namespace = w.ns WHERE l.leader_id = v_id AND l.acquired_at = v_now " +
+	"JOIN " + mariaJSONTable("v_nss") + " ON l.namespace = w.ns WHERE l.leader_id = v_id AND l.acquired_at = v_now " +
 	"ON DUPLICATE KEY UPDATE leader_id = VALUES(leader_id), hostname = VALUES(hostname), pid = VALUES(pid), label = VALUES(label), " +
 	"acquired_at = VALUES(acquired_at), ended_at = NULL, end_reason = NULL; " +
 	"COMMIT; " +
 	"SELECT l.namespace, l.term, l.lease_expires_at, l.acquired_at FROM election_leaders l " +
-	"JOIN " + mariaNamespaces("v_nss") + " ON l.namespace = w.ns WHERE l.leader_id = v_id AND l.acquired_at = v_now; " +
+	"JOIN " + mariaJSONTable("v_nss") + " ON l.namespace = w.ns WHERE l.leader_id = v_id AND l.acquired_at = v_now; " +
 	"END"
 
 // mariaNamespaces is the JSON array of namespaces in variable v as a
 // table w with one column, ns.
-func mariaNamespaces(v string) string {
+func mariaJSONTable(v string) string {
 	return "JSON_TABLE(" + v + ", '$[*]' COLUMNS (ns " + mariaNamespace + " PATH '$')) w"
 }
 
@@ -115,4 +117,78 @@ func mariaTakeSeats(ctx context.Context, conn gorm.ConnPool, member uuid.UUID, n
 		grants = append(grants, s)
 	}
 	return grants, rows.Err()
+}
+
+// mariaVacateSeats is VacateSeats on MariaDB: in a transaction at READ
+// COMMITTED, the seats of the namespaces (a JSON array, in namespace
+// order) that the candidate holds are locked, waiting for the locks, and
+// gathered; their terms are recorded as ended with the reason given, the
+// seats cleared and the candidate's rows of every namespace deleted; then
+// the seats cleared (a JSON array, NULL when none) and the listeners to
+// wake, as mariaVacate ends. Parameters: candidate id, the namespaces,
+// end reason, channel.
+var mariaVacateSeats = "BEGIN NOT ATOMIC " +
+	"DECLARE v_id " + mariaID + " DEFAULT ?; " +
+	"DECLARE v_nss LONGTEXT CHARACTER SET utf8mb4 DEFAULT ?; " +
+	"DECLARE v_reason " + mariaReason + " DEFAULT ?; " +
+	"DECLARE v_channel VARCHAR(64) CHARACTER SET utf8mb4 DEFAULT ?; " +
+	"DECLARE v_held LONGTEXT CHARACTER SET utf8mb4 DEFAULT NULL; " +
+	"DECLARE v_n BIGINT DEFAULT 0; " +
+	"DECLARE v_now DATETIME(6) DEFAULT NULL; " +
+	mariaRollback +
+	"SET TRANSACTION ISOLATION LEVEL READ COMMITTED; " +
+	"START TRANSACTION; " +
+	"SET STATEMENT group_concat_max_len = 4294967295 FOR " +
+	"SELECT JSON_ARRAYAGG(CONVERT(l.namespace USING utf8mb4)), COUNT(*) INTO v_held, v_n " +
+	"FROM election_leaders l JOIN " + mariaJSONTable("v_nss") + " ON l.namespace = w.ns " +
+	"WHERE l.leader_id = v_id FOR UPDATE; " +
+	"IF v_n > 0 AND (JSON_VALID(v_held) = 0 OR JSON_LENGTH(v_held) <> v_n) THEN " +
+	"SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'sqlelect: the locked seats did not fit their array'; " +
+	"END IF; " +
+	"SET v_now = SYSDATE(6); " +
+	"IF v_n > 0 THEN " +
+	"UPDATE election_history h JOIN election_leaders l ON h.namespace = l.namespace AND h.term = l.term " +
+	"JOIN " + mariaJSONTable("v_held") + " ON l.namespace = w.ns " +
+	"SET h.ended_at = v_now, h.end_reason = v_reason WHERE l.leader_id = v_id AND h.leader_id = v_id AND h.ended_at IS NULL; " +
+	"UPDATE election_leaders l JOIN " + mariaJSONTable("v_held") + " ON l.namespace = w.ns " +
+	"SET l.leader_id = NULL, l.lease_expires_at = NULL, l.updated_at = v_now WHERE l.leader_id = v_id; " +
+	"END IF; " +
+	"DELETE c FROM election_candidates c JOIN " + mariaJSONTable("v_nss") + " ON c.namespace = w.ns WHERE c.candidate_id = v_id; " +
+	"COMMIT; "
+
+// mariaVacateSeats runs mariaVacateSeats, then notifies each vacancy: to
+// this process's listeners with its payload, and to the others' by one
+// interruption, after which they run a round.
+func (d mysql) mariaVacateSeats(ctx context.Context, conn gorm.ConnPool, a SeatsVacate) ([]string, error) {
+	nss := slices.Clone(a.Namespaces)
+	slices.Sort(nss)
+	arr, err := json.Marshal(nss)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		held    sql.NullString
+		srv     myServer
+		holders []myHolder
+	)
+	err = scanSlots(func() (*sql.Rows, error) {
+		return conn.QueryContext(ctx, mariaVacateSeats+mariaVacateListeners("v_held", "v_n"), a.ID, string(arr), a.Reason, myName(a.Channel))
+	}, []any{&held}, &srv, &holders)
+	if err != nil || !held.Valid {
+		return nil, err
+	}
+	var vacated []string
+	if err := json.Unmarshal([]byte(held.String), &vacated); err != nil {
+		return nil, fmt.Errorf("dialect: the seats vacated: %w", err)
+	}
+	payload := make(map[string]string, len(a.Namespaces))
+	for i, ns := range a.Namespaces {
+		payload[ns] = a.Payloads[i]
+	}
+	var payloads []string
+	for _, ns := range vacated {
+		payloads = append(payloads, payload[ns])
+	}
+	d.wake(ctx, a.Pool, myName(a.Channel), srv, holders, payloads...)
+	return vacated, nil
 }
