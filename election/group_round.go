@@ -359,10 +359,9 @@ func (g *Group) shutdown(ctx context.Context, err error) error {
 // each once its work has returned. On PostgreSQL and MariaDB the seats
 // whose work has returned go in one statement (VacateSeats), and those
 // whose work returns later in the next ones, gathered for edgeGather;
-// elsewhere, and
-// for a seat whose row changed while the statement waited, several at
-// once, each in its own transaction. One seat's failure leaves the others
-// vacated.
+// elsewhere, and for a seat whose row changed while the statement waited,
+// several at once, each in its own transaction. One seat's failure leaves
+// the others vacated.
 func (g *Group) vacateAll(ctx context.Context, mems []*member) {
 	slots := make(chan struct{}, dialect.ConcurrentWriters(g.base.d))
 	var single sync.WaitGroup

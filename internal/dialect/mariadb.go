@@ -159,7 +159,8 @@ const mariaVacate = "BEGIN NOT ATOMIC " +
 // mariaVacateListeners ends mariaVacate and mariaVacateSeats with a row:
 // the first column, then the columns myUsedSQL reads (the connection id,
 // the server, the holder of every wake-up slot of the channel), the slots
-// read only when v_count, the count of seats cleared, is not 0.
+// read only when the variable count, the number of seats cleared, is above
+// 0.
 func mariaVacateListeners(first, count string) string {
 	var b strings.Builder
 	b.WriteString("SELECT " + first + ", CONNECTION_ID(), " + myServerCols)
