@@ -30,11 +30,7 @@ func testTakesLapsedSeats(t *testing.T, tg testdb.Target) {
 	db, tl := openTallied(t, tg, "WITH w AS (SELECT DISTINCT unnest(", "BEGIN NOT ATOMIC DECLARE v_nss ")
 	testdb.Raw(t, db).SetMaxOpenConns(3)
 	plain := testdb.Open(t, tg)
-	d, err := dialect.For(plain)
-	must(t, "dialect", err)
-	d, err = dialect.Detect(testCtx(t), plain, d)
-	must(t, "detecting the server", err)
-	if dialect.AcquirerOf(d) == nil {
+	if d := detected(t, plain); dialect.AcquirerOf(d) == nil {
 		t.Skipf("%s takes one seat at a time in a transaction (MySQL, TiDB)", d.Name())
 	}
 	raw := testdb.Raw(t, plain)

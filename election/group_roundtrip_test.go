@@ -121,6 +121,17 @@ func openTallied(tb testing.TB, tg testdb.Target, prefixes ...string) (*gorm.DB,
 	return db, tl
 }
 
+// detected is db's dialect, with what the server runs detected (MariaDB's
+// compound statements, TiDB, Galera).
+func detected(t *testing.T, db *gorm.DB) dialect.Dialect {
+	t.Helper()
+	d, err := dialect.For(db)
+	must(t, "dialect", err)
+	d, err = dialect.Detect(testCtx(t), db, d)
+	must(t, "detecting the server", err)
+	return d
+}
+
 // isPrune reports whether query is one of the statements a leader prunes
 // with, every five expiry windows, after a round and never in it.
 func isPrune(query string) bool {
@@ -328,19 +339,15 @@ func TestGroupAttemptsLeaveCandidateRows(t *testing.T) {
 }
 
 // TestGroupAttemptsBeginNoTransaction: a Group takes free seats without
-// a transaction of its own: on PostgreSQL in batch takes, and elsewhere
-// with Elect's fast path (one round trip on MariaDB, two calls on SQLite)
-// without the refresh of the candidate row. Its attempts used to run
-// Elect's transaction there, about seven statements a seat.
+// a transaction of its own: on PostgreSQL and MariaDB in batch takes, and
+// on SQLite with Elect's fast path (two calls) without the refresh of the
+// candidate row. Its attempts used to run Elect's transaction on MariaDB
+// and SQLite, about seven statements a seat.
 func TestGroupAttemptsBeginNoTransaction(t *testing.T) {
 	for _, tg := range testdb.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
 			db, tl := openTallied(t, tg)
-			d, err := dialect.For(db)
-			must(t, "dialect", err)
-			d, err = dialect.Detect(testCtx(t), db, d)
-			must(t, "detecting the server", err)
-			if dialect.AcquirerOf(d) == nil && !dialect.TakesSeatsAtOnce(d) {
+			if d := detected(t, db); dialect.AcquirerOf(d) == nil && !dialect.TakesSeatsAtOnce(d) {
 				t.Skipf("%s has no one-round-trip Elect (MySQL, TiDB, a SQLite driver without several statements a call)", d.Name())
 			}
 			tl.on.Store(true)

@@ -32,11 +32,7 @@ func testShutdownVacates(t *testing.T, tg testdb.Target) {
 	db, tl := openTallied(t, tg, "WITH t AS (\n  SELECT * FROM unnest(", "WITH seen AS (",
 		"BEGIN NOT ATOMIC DECLARE v_id ", "BEGIN NOT ATOMIC DECLARE v_ns ")
 	if tg.Name != "postgres" {
-		d, err := dialect.For(db)
-		must(t, "dialect", err)
-		d, err = dialect.Detect(testCtx(t), db, d)
-		must(t, "detecting the server", err)
-		if dialect.AcquirerOf(d) == nil {
+		if d := detected(t, db); dialect.AcquirerOf(d) == nil {
 			t.Skipf("%s vacates one seat at a time in a transaction (MySQL, TiDB)", d.Name())
 		}
 	}

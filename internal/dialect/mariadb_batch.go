@@ -53,15 +53,7 @@ var mariaTake = "BEGIN NOT ATOMIC " +
 	mariaRollback +
 	"SET TRANSACTION ISOLATION LEVEL READ COMMITTED; " +
 	"START TRANSACTION; " +
-	// The gathered array is as long as it needs to be, whatever the
-	// session's group_concat_max_len, and its count checks it.
-	"SET STATEMENT group_concat_max_len = 4294967295 FOR " +
-	"SELECT JSON_ARRAYAGG(CONVERT(l.namespace USING utf8mb4)), COUNT(*) INTO v_free, v_n " +
-	"FROM election_leaders l JOIN " + mariaJSONTable("v_nss") + " ON l.namespace = w.ns " +
-	"WHERE l.leader_id IS NULL OR l.lease_expires_at <= SYSDATE(6) FOR UPDATE SKIP LOCKED; " +
-	"IF v_n > 0 AND (JSON_VALID(v_free) = 0 OR JSON_LENGTH(v_free) <> v_n) THEN " +
-	"SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'sqlelect: the locked seats did not fit their array'; " +
-	"END IF; " +
+	mariaLockSeats("v_free", "l.leader_id IS NULL OR l.lease_expires_at <= SYSDATE(6)", "SKIP LOCKED") +
 	"SET v_now = SYSDATE(6); " +
 	"INSERT INTO election_leaders (namespace, leader_id, term, lease_expires_at, acquired_at, updated_at) " +
 	"SELECT w.ns, v_id, 1, v_now + INTERVAL v_us MICROSECOND, v_now, v_now FROM " + mariaJSONTable("v_nss") + " " +
@@ -87,7 +79,23 @@ var mariaTake = "BEGIN NOT ATOMIC " +
 	"JOIN " + mariaJSONTable("v_nss") + " ON l.namespace = w.ns WHERE l.leader_id = v_id AND l.acquired_at = v_now; " +
 	"END"
 
-// mariaNamespaces is the JSON array of namespaces in variable v as a
+// mariaLockSeats is the part of a batch statement that locks the seats of
+// the namespaces in v_nss whose row matches where (FOR UPDATE, then the
+// option given: SKIP LOCKED, or none to wait for the locks) and gathers
+// their namespaces into the JSON array into, their number into v_n. The
+// array is as long as it needs to be, whatever the session's
+// group_concat_max_len, and its count checks it.
+func mariaLockSeats(into, where, option string) string {
+	return "SET STATEMENT group_concat_max_len = 4294967295 FOR " +
+		"SELECT JSON_ARRAYAGG(CONVERT(l.namespace USING utf8mb4)), COUNT(*) INTO " + into + ", v_n " +
+		"FROM election_leaders l JOIN " + mariaJSONTable("v_nss") + " ON l.namespace = w.ns " +
+		"WHERE " + where + " FOR UPDATE " + option + "; " +
+		"IF v_n > 0 AND (JSON_VALID(" + into + ") = 0 OR JSON_LENGTH(" + into + ") <> v_n) THEN " +
+		"SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'sqlelect: the locked seats did not fit their array'; " +
+		"END IF; "
+}
+
+// mariaJSONTable is the JSON array of namespaces in variable v as a
 // table w with one column, ns.
 func mariaJSONTable(v string) string {
 	return "JSON_TABLE(" + v + ", '$[*]' COLUMNS (ns " + mariaNamespace + " PATH '$')) w"
@@ -138,13 +146,7 @@ var mariaVacateSeats = "BEGIN NOT ATOMIC " +
 	mariaRollback +
 	"SET TRANSACTION ISOLATION LEVEL READ COMMITTED; " +
 	"START TRANSACTION; " +
-	"SET STATEMENT group_concat_max_len = 4294967295 FOR " +
-	"SELECT JSON_ARRAYAGG(CONVERT(l.namespace USING utf8mb4)), COUNT(*) INTO v_held, v_n " +
-	"FROM election_leaders l JOIN " + mariaJSONTable("v_nss") + " ON l.namespace = w.ns " +
-	"WHERE l.leader_id = v_id FOR UPDATE; " +
-	"IF v_n > 0 AND (JSON_VALID(v_held) = 0 OR JSON_LENGTH(v_held) <> v_n) THEN " +
-	"SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'sqlelect: the locked seats did not fit their array'; " +
-	"END IF; " +
+	mariaLockSeats("v_held", "l.leader_id = v_id", "") +
 	"SET v_now = SYSDATE(6); " +
 	"IF v_n > 0 THEN " +
 	"UPDATE election_history h JOIN election_leaders l ON h.namespace = l.namespace AND h.term = l.term " +
