@@ -64,7 +64,12 @@ type GroupConfig struct {
 	// or above it leaves a free seat to the others for two rounds before
 	// it takes it, so while candidates come and go a Group may lead
 	// ceil(M/N)+1. The share is counted afresh every round, from the
-	// candidate rows (in the round's statements, at no extra round trip).
+	// candidate rows (in the round's statements, at no extra round trip),
+	// but for an expiry window after the Group's own rounds failed or
+	// fell behind: what kept them from the database (a stall, a failover)
+	// may have kept the others' too, so a lower count is not believed
+	// (the share does not rise) until their rounds have had a window to
+	// come back.
 	// In its first Interval a Group takes at most one seat, the least
 	// share any number of candidates gives it: the others started with it
 	// are not counted before their first round, and a fleet started
@@ -158,6 +163,8 @@ type Group struct {
 	runCtx   context.Context // Run's context (Background before Run)
 	stopping bool            // Run is returning
 	share    int             // with Balance: ceil(M/N) as of the last round; 0 before the first
+	live     int             // with Balance: the live count the share was last counted from (balanceLocked)
+	liveHold time.Time       // with Balance: until then a lower live count is not believed (fullRound)
 	warm     time.Time       // with Balance: until then the Group takes at most one seat (shareLocked); set by the first round
 	beat     time.Time       // the start of the last round that succeeded, so refreshed the member row before it returned
 	queue    []*member       // free seats of the last round, to try in order

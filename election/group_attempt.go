@@ -326,6 +326,15 @@ func (g *Group) takeSeats(ctx context.Context, mems []*member, cause roundCause)
 // so that the next tick, jittered by at most a fifth, ends it. g.box is
 // held.
 func (g *Group) balanceLocked(start time.Time, total, live int, attempts []*member) []*member {
+	if live < g.live && g.clk.Now().Before(g.liveHold) {
+		// Fewer live members right after this Group's rounds failed: not
+		// believed until the others' rounds have had an expiry window to
+		// refresh their rows (fullRound). Believed at once, the share
+		// rises, this Group takes the others' seats as their leases end,
+		// then hands them back, a statement each, once they count again.
+		live = g.live
+	}
+	g.live = live
 	g.share = (total + live - 1) / live
 	if g.warm.IsZero() {
 		g.warm = start.Add(g.t.interval * 3 / 4)

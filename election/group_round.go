@@ -163,6 +163,13 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	g.box.lock()
 	defer g.box.unlock()
 	g.paceLocked(g.clk.Now().Sub(start), err)
+	if gap := g.clk.Now().Sub(g.beat); err != nil || !g.beat.IsZero() && gap > 2*g.t.interval {
+		// This round failed, or rounds did: what kept this Group's rounds
+		// from the database may have kept the others' too, whose member
+		// rows then lapse with no process gone. Their rounds refresh them
+		// within an expiry window of its end (balanceLocked).
+		g.liveHold = g.clk.Now().Add(g.base.expire)
+	}
 	if err != nil {
 		for _, mem := range members {
 			mem.m.settleLocked(result{start: start, cause: cause, err: err})

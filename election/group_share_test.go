@@ -1,0 +1,107 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+
+	"github.com/sqlelect/sqlelect/internal/testdb"
+)
+
+// stallable is a Group whose calls fail while stalled is set, as if the
+// database were out of its reach.
+type stallable struct {
+	g       *Group
+	stalled atomic.Bool
+}
+
+func newStallable(t *testing.T, ctx context.Context, db *gorm.DB, nss []string, expire time.Duration) *stallable {
+	t.Helper()
+	s := &stallable{}
+	g, err := NewGroup(ctx, db, uuid.New(), GroupConfig{Namespaces: nss, Balance: true}, WithExpire(expire), WithLogger(silent))
+	if err != nil {
+		t.Fatalf("NewGroup: %v", err)
+	}
+	g.hooks.call = func(context.Context) error {
+		if s.stalled.Load() {
+			return errors.New("stalled by the test")
+		}
+		return nil
+	}
+	s.g = g
+	runUntilCleanup(t, ctx, g)
+	return s
+}
+
+// TestGroupShareHeldAfterItsRoundsFailed: two balanced Groups lead four of
+// eight namespaces each when both lose the database for longer than an
+// expiry window (every lease and both member rows lapse). The first back
+// counts one live member, the other's row having lapsed, but does not
+// believe it for an expiry window after its own rounds failed: it takes
+// no more than its share of four plus one (balanceLocked), where it would
+// take all eight and hand half of them back a statement each once the
+// other is back. Once that window has passed with the other still away,
+// it is believed gone: the first leads every namespace.
+func TestGroupShareHeldAfterItsRoundsFailed(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *gorm.DB) {
+		ctx := electorCtx(t)
+		const (
+			expire = time.Second
+			m      = 8
+		)
+		var nss []string
+		for range m {
+			nss = append(nss, testdb.Namespace(t))
+		}
+		a := newStallable(t, ctx, db, nss, expire)
+		b := newStallable(t, ctx, db, nss, expire)
+		waitFor := func(within time.Duration, what string, ok func() bool) {
+			t.Helper()
+			for deadline := time.Now().Add(within); !ok(); time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("after %v: not %s (a leads %d, b %d)", within, what, len(a.g.Leading()), len(b.g.Leading()))
+				}
+			}
+		}
+		waitFor(20*time.Second, "settled at four each", func() bool {
+			return len(a.g.Leading()) == m/2 && len(b.g.Leading()) == m/2
+		})
+
+		a.stalled.Store(true)
+		b.stalled.Store(true)
+		waitFor(2*expire, "both stepped down", func() bool { return len(a.g.Leading())+len(b.g.Leading()) == 0 })
+		// The member rows were last refreshed at most an interval before
+		// the stall: lapsed an expiry window after it.
+		time.Sleep(expire)
+
+		a.stalled.Store(false)
+		back := time.Now()
+		a.g.kickRound()
+		// a's last failed round began at most an interval (plus its
+		// jitter) before, so its hold lasts at least 3/5 of a window more.
+		most := 0
+		for time.Since(back) < expire/2 {
+			most = max(most, len(a.g.Leading()))
+			time.Sleep(time.Millisecond)
+		}
+		if most == 0 {
+			t.Fatalf("a led no namespace in the %v after its rounds came back", expire/2)
+		}
+		if most > m/2+1 {
+			t.Errorf("a led %d namespaces while its own rounds had just failed and b's row had lapsed, want at most its share %d plus one", most, m/2)
+		}
+
+		// b stays away: after the window, a believes it gone.
+		waitFor(4*expire, "a leads every namespace while b is away", func() bool { return len(a.g.Leading()) == m })
+
+		b.stalled.Store(false)
+		waitFor(20*time.Second, "settled at four each again", func() bool {
+			return len(a.g.Leading()) == m/2 && len(b.g.Leading()) == m/2
+		})
+	})
+}
