@@ -11,15 +11,22 @@
 //   - no process sends more than 3 statements per interval, counted at
 //     its driver (internal/rtcount), while the database cannot keep up:
 //     from the start of the fault until 2 × TTL after it ends when
-//     leaders keep their seats; during the long stall, after which every
-//     seat is free and the processes take them back at the database's
-//     pace (bounded by the flap storm check below);
+//     leaders keep their seats; after the long stall too on PostgreSQL,
+//     whose round is one statement, but only during it on MySQL and
+//     MariaDB, whose re-election of every seat sends 2.3–3.7 statements
+//     per process per interval over the 2 × TTL after (a round of two
+//     statements, and on top the listeners' reconnects and the prunes
+//     that came due in the stall): a gap still open, which
+//     docs/performance.md breaks down (it is bounded by the flap storm
+//     check below);
 //   - every namespace is led again within 2 × TTL after the fault ends;
 //   - while renewals can still answer within the trust window (the
 //     latency and the short stall), leaders keep their seats: flaps at
 //     most 1 % of the namespaces per minute, rounded up; after the long
 //     stall, each namespace is led again once and moved at most once
-//     more by balancing (no flap storm), and the fleet settles;
+//     more by balancing (no flap storm), at most two seats a process are
+//     handed over by balancing (each taken above the share), and the
+//     fleet settles;
 //   - the electiontest checker finds no overlapping terms.
 //
 // It runs on PostgreSQL and MySQL/MariaDB when their DSNs are set
@@ -169,7 +176,7 @@ func runOverload(t *testing.T, tg testdb.Target) {
 	}
 
 	for _, p := range phases(rt) {
-		ok := t.Run(p.name, func(t *testing.T) { runPhase(t, f, p) })
+		ok := t.Run(p.name, func(t *testing.T) { runPhase(t, f, p, tg.Name) })
 		if !ok {
 			if _, err := settle(f, 30*time.Second); err != nil {
 				t.Fatalf("the fleet did not settle after %s: %v", p.name, err)
@@ -189,7 +196,7 @@ func runOverload(t *testing.T, tg testdb.Target) {
 
 // runPhase puts p's fault between the fleet and the server, lifts it, and
 // checks what the fleet did meanwhile and in the 2 × TTL after.
-func runPhase(t *testing.T, f *fleet.Fleet, p phase) {
+func runPhase(t *testing.T, f *fleet.Fleet, p phase, db string) {
 	errs0 := f.Errors()
 	start := time.Now()
 	p.apply(f)
@@ -216,10 +223,11 @@ func runPhase(t *testing.T, f *fleet.Fleet, p phase) {
 		p.what, perInterval(f, start, window), (3 * interval).Round(time.Millisecond), worstSlot(f, start, window), flaps, stops,
 		diff(f.Errors(), errs0), recovery.Round(time.Millisecond))
 
-	// While the database cannot keep up: the fault and, where leaders keep
-	// their seats, the 2 × TTL after it.
+	// While the database cannot keep up: the fault and the 2 × TTL after
+	// it, but for the re-election after a stall on MySQL and MariaDB (see
+	// the package comment).
 	until, while := window, "from the start of the fault until 2 × TTL after it"
-	if !p.keepSeats {
+	if !p.keepSeats && db != "postgres" {
 		until, while = end, "during the fault"
 	}
 	// Rounds come whole: a window of 2.7 intervals (the long stall) can
@@ -250,6 +258,13 @@ func runPhase(t *testing.T, f *fleet.Fleet, p phase) {
 		if n := f.Starts(end, settledAt); n > 2*namespaces {
 			t.Errorf("%d leaderships started between the end of the fault and the fleet settling %v later, want at most %d (a flap storm)",
 				n, settledAt.Sub(end).Round(time.Millisecond), 2*namespaces)
+		}
+		// A few seats move by balancing, each one taken above the share;
+		// a process that counted the others gone (their member rows
+		// lapsed in the same stall) would take their seats and hand a
+		// share's worth back.
+		if n := f.Stops(end, settledAt)["balanced"]; n > 2*procs {
+			t.Errorf("%d seats handed over by balancing between the end of the fault and the fleet settling, want at most %d (two a process)", n, 2*procs)
 		}
 	}
 }
