@@ -96,8 +96,10 @@ func TestGroupShareHeldAfterItsRoundsFailed(t *testing.T) {
 			t.Errorf("a led %d namespaces while its own rounds had just failed and b's row had lapsed, want at most its share %d plus one", most, m/2)
 		}
 
-		// b stays away: after the window, a believes it gone.
-		waitFor(4*expire, "a leads every namespace while b is away", func() bool { return len(a.g.Leading()) == m })
+		// b stays away: after the window, a believes it gone (later on a
+		// busy machine, whose slow rounds hold the count and shed the
+		// attempts).
+		waitFor(20*time.Second, "a leads every namespace while b is away", func() bool { return len(a.g.Leading()) == m })
 
 		b.stalled.Store(false)
 		waitFor(20*time.Second, "settled at four each again", func() bool {
