@@ -163,11 +163,12 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	g.box.lock()
 	defer g.box.unlock()
 	g.paceLocked(g.clk.Now().Sub(start), err)
-	if gap := g.clk.Now().Sub(g.beat); err != nil || !g.beat.IsZero() && gap > 2*g.t.interval {
-		// This round failed, or rounds did: what kept this Group's rounds
-		// from the database may have kept the others' too, whose member
-		// rows then lapse with no process gone. Their rounds refresh them
-		// within an expiry window of its end (balanceLocked).
+	if gap := g.clk.Now().Sub(g.beat); err != nil || !g.beat.IsZero() && gap > g.base.expire-g.t.interval {
+		// This round failed, or rounds did for so long that another
+		// member kept from the database as long, whose last refresh came
+		// up to an interval before this Group's, has lapsed with no
+		// process gone. Their rounds refresh them within an expiry window
+		// of the end (balanceLocked).
 		g.liveHold = g.clk.Now().Add(g.base.expire)
 	}
 	if err != nil {
