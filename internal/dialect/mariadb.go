@@ -52,6 +52,17 @@ const (
 	mariaRollback  = "DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END; "
 )
 
+// mariaGrantArgs declares the parameters a compound statement that grants
+// terms takes after its namespace or namespaces, in this order: the
+// candidate id, the expiry window in microseconds, hostname, pid, label,
+// and the end reason of a lapsed term.
+var mariaGrantArgs = "DECLARE v_id " + mariaID + " DEFAULT ?; " +
+	"DECLARE v_us BIGINT DEFAULT ?; " +
+	"DECLARE v_host " + mariaText + " DEFAULT ?; " +
+	"DECLARE v_pid BIGINT DEFAULT ?; " +
+	"DECLARE v_label " + mariaText + " DEFAULT ?; " +
+	"DECLARE v_lapsed " + mariaReason + " DEFAULT ?; "
+
 // mariaAcquire is Acquire on MariaDB, refreshing the candidate's row when
 // asked. It reads the seat and the clock without a lock; when another
 // candidate holds a live lease (and v_lock does not ask for the lock), it
@@ -66,12 +77,7 @@ const (
 func mariaAcquire(refresh bool) string {
 	q := "BEGIN NOT ATOMIC " +
 		"DECLARE v_ns " + mariaNamespace + " DEFAULT ?; " +
-		"DECLARE v_id " + mariaID + " DEFAULT ?; " +
-		"DECLARE v_us BIGINT DEFAULT ?; " +
-		"DECLARE v_host " + mariaText + " DEFAULT ?; " +
-		"DECLARE v_pid BIGINT DEFAULT ?; " +
-		"DECLARE v_label " + mariaText + " DEFAULT ?; " +
-		"DECLARE v_lapsed " + mariaReason + " DEFAULT ?; " +
+		mariaGrantArgs +
 		"DECLARE v_lock BOOLEAN DEFAULT ?; " +
 		"DECLARE v_now, v_exp, v_acq, n_exp, n_acq DATETIME(6) DEFAULT NULL; " +
 		"DECLARE v_leader " + mariaID + " DEFAULT NULL; " +

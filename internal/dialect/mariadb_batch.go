@@ -41,12 +41,7 @@ const mariaTakeMax = 1024
 // hostname, pid, label, the end reason of a lapsed term.
 var mariaTake = "BEGIN NOT ATOMIC " +
 	"DECLARE v_nss LONGTEXT CHARACTER SET utf8mb4 DEFAULT ?; " +
-	"DECLARE v_id " + mariaID + " DEFAULT ?; " +
-	"DECLARE v_us BIGINT DEFAULT ?; " +
-	"DECLARE v_host " + mariaText + " DEFAULT ?; " +
-	"DECLARE v_pid BIGINT DEFAULT ?; " +
-	"DECLARE v_label " + mariaText + " DEFAULT ?; " +
-	"DECLARE v_lapsed " + mariaReason + " DEFAULT ?; " +
+	mariaGrantArgs +
 	"DECLARE v_free LONGTEXT CHARACTER SET utf8mb4 DEFAULT NULL; " +
 	"DECLARE v_n BIGINT DEFAULT 0; " +
 	"DECLARE v_now DATETIME(6) DEFAULT NULL; " +
@@ -70,14 +65,17 @@ var mariaTake = "BEGIN NOT ATOMIC " +
 	"WHERE l.leader_id IS NULL OR l.lease_expires_at <= v_now; " +
 	"END IF; " +
 	"INSERT INTO election_history (namespace, term, leader_id, hostname, pid, label, acquired_at) " +
-	"SELECT l.namespace, l.term, v_id, v_host, v_pid, v_label, v_now FROM election_leaders l " +
-	"JOIN " + mariaJSONTable("v_nss") + " ON l.namespace = w.ns WHERE l.leader_id = v_id AND l.acquired_at = v_now " +
+	"SELECT l.namespace, l.term, v_id, v_host, v_pid, v_label, v_now FROM election_leaders l " + mariaGranted + " " +
 	"ON DUPLICATE KEY UPDATE leader_id = VALUES(leader_id), hostname = VALUES(hostname), pid = VALUES(pid), label = VALUES(label), " +
 	"acquired_at = VALUES(acquired_at), ended_at = NULL, end_reason = NULL; " +
 	"COMMIT; " +
-	"SELECT l.namespace, l.term, l.lease_expires_at, l.acquired_at FROM election_leaders l " +
-	"JOIN " + mariaJSONTable("v_nss") + " ON l.namespace = w.ns WHERE l.leader_id = v_id AND l.acquired_at = v_now; " +
+	"SELECT l.namespace, l.term, l.lease_expires_at, l.acquired_at FROM election_leaders l " + mariaGranted + "; " +
 	"END"
+
+// mariaGranted joins the rows l of election_leaders to the namespaces of
+// v_nss and keeps those mariaTake granted: held by the member from the
+// statement's clock on.
+var mariaGranted = "JOIN " + mariaJSONTable("v_nss") + " ON l.namespace = w.ns WHERE l.leader_id = v_id AND l.acquired_at = v_now"
 
 // mariaLockSeats is the part of a batch statement that locks the seats of
 // the namespaces in v_nss whose row matches where (FOR UPDATE, then the
