@@ -188,6 +188,7 @@ type member struct {
 	freeRounds int    // consecutive rounds that saw the seat free while at the share (Balance)
 	written    bool   // a round wrote its candidate row, pointing to the member row
 	seen       bool   // a round read its seat row: later rounds read it only when vacant or lapsing
+	reread     bool   // its lease's edge passed untried (the share, the budget): the next round reads the seat
 	round      uint64 // the stamp of the last round that took it in (Group.rounds)
 	leaving    bool
 	pending    atomic.Bool // on g.woken

@@ -199,6 +199,10 @@ func (g *Group) woke(ctx context.Context, w wakeup) {
 		}
 		if ok {
 			g.beginAttemptLocked(mem)
+		} else if edge {
+			// Not tried at its edge: once the lease has lapsed for longer
+			// than a window, a round finds the seat only if it reads it.
+			mem.reread = true
 		}
 		if ok && edge && batch {
 			edges = append(edges, mem)

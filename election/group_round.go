@@ -124,9 +124,10 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 			held = append(held, heldSeat{mem: mem, lead: c})
 			in.Held = append(in.Held, dialect.HeldLease{Namespace: mem.ns, Term: c.lease.Term})
 			in.Read = append(in.Read, mem.ns)
-		case !mem.seen || mem.m.last.Vacant():
-			// Never read, or free when last read (a lapse older than the
-			// window is not found by the index any more).
+		case !mem.seen || mem.m.last.Vacant() || mem.reread:
+			// Never read, free when last read, or not tried at its lease's
+			// edge (a lapse older than the window is not found by the
+			// index any more).
 			free = append(free, mem.ns)
 		}
 	}
@@ -224,6 +225,7 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 		}
 		mem.m.e.noteSeat(s, out.Sent)
 		mem.seen = mem.seen || rs.Exists
+		mem.reread = false
 		l := mem.m.e.lease(s)
 		if lead, ok := heldBy[mem]; ok {
 			r := result{start: start, cause: cause, held: lead, lease: l}
