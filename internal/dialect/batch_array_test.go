@@ -232,12 +232,32 @@ func TestGroupRound(t *testing.T) {
 	}
 }
 
-// TestGroupRoundLapsed: on PostgreSQL a round reports a member row that
-// was missing, or expired for longer than the expiry window, before it
-// refreshed it (a prune may have deleted the member's candidate rows), and
-// not one that was live or expired for less.
+// TestGroupRoundLapsed: where a round is one statement (PostgreSQL,
+// MariaDB), it reports a member row that was missing, or expired for
+// longer than the expiry window, before it refreshed it (a prune may have
+// deleted the member's candidate rows), and not one that was live or
+// expired for less.
 func TestGroupRoundLapsed(t *testing.T) {
-	raw, ctx, d := roundOn(t, testdb.Only(t, "postgres"))
+	ran := false
+	for _, tg := range testdb.Targets(t) {
+		if tg.Name == "sqlite" {
+			continue
+		}
+		t.Run(tg.Name, func(t *testing.T) {
+			raw, ctx, d := roundOn(t, tg)
+			if !dialect.OneStatementRound(d) {
+				t.Skipf("%s: a round of several statements", d.Name())
+			}
+			ran = true
+			testRoundLapsed(t, raw, ctx, d)
+		})
+	}
+	if !ran {
+		t.Skip("neither PostgreSQL nor MariaDB configured")
+	}
+}
+
+func testRoundLapsed(t *testing.T, raw *sql.DB, ctx context.Context, d dialect.Dialect) {
 	me, ns := uuid.New(), testdb.Namespace(t)
 	expire := 2 * time.Second
 	in := dialect.RoundIn{Member: me, Hostname: "host", PID: 1, Expire: expire, Horizon: time.Second, Lapsed: time.Minute,
@@ -247,18 +267,26 @@ func TestGroupRoundLapsed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
+	set := "UPDATE election_members SET expires_at = clock_timestamp() + CAST($2 AS bigint) * interval '1 microsecond' WHERE member_id = $1"
+	if d.Name() == "mysql" {
+		set = "UPDATE election_members SET expires_at = SYSDATE(6) + INTERVAL ? MICROSECOND WHERE member_id = ?"
+	}
 	for _, c := range []struct {
 		name string
-		set  string // the member row's expiry before the round, from now
+		set  time.Duration // the member row's expiry before the round, from now
 		want bool
 	}{
-		{"missing", "", true},
-		{"live", "", false},
-		{"expired for less than a window", "-1 second", false},
-		{"expired for longer than a window", "-3 seconds", true},
+		{"missing", 0, true},
+		{"live", 0, false},
+		{"expired for less than a window", -time.Second, false},
+		{"expired for longer than a window", -3 * time.Second, true},
 	} {
-		if c.set != "" {
-			if _, err := raw.ExecContext(ctx, "UPDATE election_members SET expires_at = clock_timestamp() + CAST($2 AS interval) WHERE member_id = $1", me, c.set); err != nil {
+		if c.set != 0 {
+			args := []any{me, c.set.Microseconds()}
+			if d.Name() == "mysql" {
+				args[0], args[1] = args[1], args[0]
+			}
+			if _, err := raw.ExecContext(ctx, set, args...); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -273,13 +301,17 @@ func TestGroupRoundLapsed(t *testing.T) {
 }
 
 // roundOn opens tg for a test of the Group's round: a raw handle, a
-// context of a minute, and the dialect detected.
+// context of a minute, and the dialect detected (on MariaDB, the one
+// whose round is one compound statement).
 func roundOn(t *testing.T, tg testdb.Target) (*sql.DB, context.Context, dialect.Dialect) {
 	t.Helper()
 	db := testdb.Open(t, tg)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	d, err := dialect.For(db)
+	if err == nil {
+		d, err = dialect.Detect(ctx, db, d)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package dialect
 
 import (
 	"context"
-	"database/sql"
 	"math"
 	"strconv"
 	"strings"
@@ -87,7 +86,7 @@ type RoundOut struct {
 	// Doubtful reports (MySQL family) that more leases read as renewed
 	// than the renewal changed rows: Renewed is then empty.
 	Doubtful bool
-	// Lapsed reports (PostgreSQL) that the member row was missing, or
+	// Lapsed reports (PostgreSQL, MariaDB) that the member row was missing, or
 	// expired for longer than the expiry window, before the round
 	// refreshed it: a prune may have deleted the member's candidate rows,
 	// which the round then writes again.
@@ -95,13 +94,14 @@ type RoundOut struct {
 }
 
 // GroupRound runs one round of a Group on conn, each statement committing
-// by itself: on PostgreSQL one statement; elsewhere the renewal (when
-// leases are held, first: it must answer within the trust window), the
-// member row, the candidate rows joined (when there are) and the reading,
-// in that order, so that the reading begins after the renewal committed. The leases of Held that are missing from Renewed
-// were not renewed: their term ended, their lease lapsed, or (PostgreSQL,
-// SQLite) another transaction vacated the seat while the renewal waited
-// for its row.
+// by itself: on PostgreSQL one statement, on MariaDB one compound
+// statement (mariaRoundSQL); elsewhere the renewal (when leases are held,
+// first: it must answer within the trust window), the member row, the
+// candidate rows joined (when there are) and the reading, in that order,
+// so that the reading begins after the renewal committed. The leases of
+// Held that are missing from Renewed were not renewed: their term ended,
+// their lease lapsed, or (PostgreSQL, SQLite) another transaction vacated
+// the seat while the renewal waited for its row.
 func GroupRound(ctx context.Context, conn gorm.ConnPool, d Dialect, in RoundIn) (RoundOut, error) {
 	out := RoundOut{Renewed: map[string]time.Time{}}
 	p := d.(pieces)
@@ -117,7 +117,11 @@ func GroupRound(ctx context.Context, conn gorm.ConnPool, d Dialect, in RoundIn) 
 		if err != nil {
 			return out, err
 		}
-		return out, out.scan(rows, in, true)
+		_, err = out.scan(rows, in, pgCols)
+		return out, err
+	}
+	if OneStatementRound(d) {
+		return mariaGroupRound(ctx, conn, in)
 	}
 
 	returned, inferred, changed := map[string]time.Time{}, false, int64(0)
@@ -238,7 +242,7 @@ func GroupRound(ctx context.Context, conn gorm.ConnPool, d Dialect, in RoundIn) 
 	if err != nil {
 		return out, err
 	}
-	if err := out.scan(rows, in, false); err != nil {
+	if _, err := out.scan(rows, in, readCols); err != nil {
 		return out, err
 	}
 	// The reading began after the renewal committed: a lease is renewed
@@ -266,55 +270,6 @@ func GroupRound(ctx context.Context, conn gorm.ConnPool, d Dialect, in RoundIn) 
 		out.Doubtful = true
 	}
 	return out, nil
-}
-
-// scan reads a round's rows: db_now, namespace, leader_id, term,
-// lease_expires_at, acquired_at, then (with renewed) the renewal's new
-// expiry, then the live count. A row of NULLs but the clock and the count
-// stands for no seat. Each namespace of in.Read without a row is reported
-// with Exists false.
-func (out *RoundOut) scan(rows *sql.Rows, in RoundIn, pg bool) error {
-	defer rows.Close()
-	seen := map[string]bool{}
-	for rows.Next() {
-		var (
-			now, exp, acq, rexp Time
-			ns                  sql.NullString
-			leader              uuid.NullUUID
-			term                sql.NullInt64
-			live, kept          sql.NullInt64
-		)
-		dest := []any{&now, &ns, &leader, &term, &exp, &acq}
-		if pg {
-			dest = append(dest, &rexp)
-		}
-		dest = append(dest, &live)
-		if pg {
-			dest = append(dest, &kept)
-		}
-		if err := rows.Scan(dest...); err != nil {
-			return err
-		}
-		out.Now, out.Live, out.Lapsed = now.Time, int(live.Int64), pg && kept.Int64 == 0
-		if !ns.Valid || seen[ns.String] {
-			continue
-		}
-		seen[ns.String] = true
-		out.Seats = append(out.Seats, RoundSeat{Namespace: ns.String, Exists: true, Leader: leader, Term: term.Int64, Expires: exp, Acquired: acq})
-		if rexp.Valid {
-			out.Renewed[ns.String] = rexp.Time
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	for _, ns := range in.Read {
-		if !seen[ns] {
-			seen[ns] = true
-			out.Seats = append(out.Seats, RoundSeat{Namespace: ns})
-		}
-	}
-	return nil
 }
 
 // memberKeep are the member row's columns a round refreshes.
@@ -369,9 +324,9 @@ func readSeats(p pieces, joined, read, sample int) string {
 // of namespaces in it, since they travel in one array parameter.
 const roundTag = "/* sqlelect round: "
 
-// GroupRoundNamespaces reports whether q is a statement of a Group's round
-// on PostgreSQL and over how many namespaces (for tools that count
-// statements).
+// GroupRoundNamespaces reports whether q is a Group's round of one
+// statement, on PostgreSQL or MariaDB, and over how many namespaces (for
+// tools that count statements).
 func GroupRoundNamespaces(q string) (n int, ok bool) {
 	rest, found := strings.CutPrefix(q, roundTag)
 	if !found {
@@ -530,6 +485,19 @@ func pgTakeSeats() string {
 		"a AS (SELECT namespace, term, lease_expires_at, acquired_at FROM g UNION ALL SELECT namespace, term, lease_expires_at, acquired_at FROM i), " +
 		"h AS (" + insertTerm + "SELECT a.namespace, a.term, " + id + ", " + identity + ", a.acquired_at FROM a " + termUpsert(p) + ") " +
 		"SELECT namespace, term, lease_expires_at, acquired_at FROM a"
+}
+
+// OneStatementRound reports whether a Group's round is one statement on d,
+// one round trip: on PostgreSQL (pgRound) and MariaDB (mariaRoundSQL),
+// whose rounds also read the member row as it was (RoundOut.Lapsed).
+func OneStatementRound(d Dialect) bool {
+	switch d := d.(type) {
+	case postgres:
+		return true
+	case mysql:
+		return d.compound
+	}
+	return false
 }
 
 // TakesSeatsAtOnce reports whether d grants many seats in one statement

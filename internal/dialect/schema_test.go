@@ -76,7 +76,12 @@ func TestGroupRoundNamespaces(t *testing.T) {
 			}
 		}
 	}
-	for _, q := range []string{BatchUnregister(postgres{}, 3), "/* sqlelect round: x namespaces */ SELECT 1",
+	for _, n := range []int{1, 2, 7} {
+		if got, ok := GroupRoundNamespaces(mariaRound(n)); !ok || got != n {
+			t.Errorf("MariaDB, %d namespaces: GroupRoundNamespaces = %d, %v", n, got, ok)
+		}
+	}
+	for _, q := range []string{BatchUnregister(postgres{}, 3), mariaTake, "/* sqlelect round: x namespaces */ SELECT 1",
 		"/* sqlelect round: 0 namespaces */ SELECT 1", "/* sqlelect round: 3 */ SELECT 1"} {
 		if n, ok := GroupRoundNamespaces(q); ok {
 			t.Errorf("%q counted as a round of %d namespaces", q, n)

@@ -174,7 +174,7 @@ func child() error {
 	counter.Observe = func(_ rtcount.Kind, q string) {
 		if c.group {
 			if n, ok := dialect.GroupRoundNamespaces(q); ok {
-				// PostgreSQL's round, one statement.
+				// PostgreSQL's or MariaDB's round, one statement.
 				elections.Add(int64(n))
 			} else if strings.HasPrefix(q, "INSERT INTO election_members") || strings.Contains(q, "STRAIGHT_JOIN election_members") {
 				elections.Add(int64(len(c.namespaces)))

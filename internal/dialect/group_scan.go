@@ -1,0 +1,71 @@
+package dialect
+
+import (
+	"database/sql"
+
+	"github.com/google/uuid"
+)
+
+// roundCols is the shape of a round's rows, which scan reads.
+type roundCols int
+
+const (
+	// readCols: db_now, namespace, leader_id, term, lease_expires_at,
+	// acquired_at, the live count (readSeats).
+	readCols roundCols = iota
+	// pgCols: as readCols, with the renewal's new expiry before the live
+	// count and, after it, whether the member row was kept (pgRound).
+	pgCols
+	// mariaCols: as readCols, then whether the member row was kept and
+	// the rows the renewal changed (mariaRoundSQL).
+	mariaCols
+)
+
+// scan reads a round's rows, in the shape cols, and returns the rows the
+// renewal changed (mariaCols). A row of NULLs but the clock and the counts
+// stands for no seat. Each namespace of in.Read without a row is reported
+// with Exists false.
+func (out *RoundOut) scan(rows *sql.Rows, in RoundIn, cols roundCols) (changed int64, err error) {
+	defer rows.Close()
+	seen := map[string]bool{}
+	for rows.Next() {
+		var (
+			now, exp, acq, rexp Time
+			ns                  sql.NullString
+			leader              uuid.NullUUID
+			term                sql.NullInt64
+			live, kept, chg     sql.NullInt64
+		)
+		dest := []any{&now, &ns, &leader, &term, &exp, &acq}
+		switch cols {
+		case pgCols:
+			dest = append(dest, &rexp, &live, &kept)
+		case mariaCols:
+			dest = append(dest, &live, &kept, &chg)
+		default:
+			dest = append(dest, &live)
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return 0, err
+		}
+		out.Now, out.Live, out.Lapsed, changed = now.Time, int(live.Int64), cols != readCols && kept.Int64 == 0, chg.Int64
+		if !ns.Valid || seen[ns.String] {
+			continue
+		}
+		seen[ns.String] = true
+		out.Seats = append(out.Seats, RoundSeat{Namespace: ns.String, Exists: true, Leader: leader, Term: term.Int64, Expires: exp, Acquired: acq})
+		if rexp.Valid {
+			out.Renewed[ns.String] = rexp.Time
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	for _, ns := range in.Read {
+		if !seen[ns] {
+			seen[ns] = true
+			out.Seats = append(out.Seats, RoundSeat{Namespace: ns})
+		}
+	}
+	return changed, nil
+}

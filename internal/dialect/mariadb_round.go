@@ -1,0 +1,150 @@
+package dialect
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// mariaRoundSQL is a Group's round on MariaDB: one compound statement
+// (see mariadb.go), one round trip, as PostgreSQL's round is one
+// statement, where MySQL and TiDB send two or more. Each of its
+// statements commits by itself (the round runs outside any transaction),
+// in the order GroupRound gives:
+//
+//  1. It reads the clock, and renews the held leases (a JSON array of
+//     [namespace, term] pairs) that the member still holds live in their
+//     term, to that reading plus the expiry window; it counts the rows
+//     changed. The renewal comes first: it must answer within the trust
+//     window.
+//  2. It reads whether the member row was live, or expired for less than
+//     a window, before this round refreshes it (RoundOut.Lapsed), then
+//     creates or refreshes it.
+//  3. It writes the candidate rows joined since the last round, pointing
+//     to the member row, in namespace order.
+//  4. With namespaces sampled, it counts the live candidates of each; the
+//     most of one, plus the member, is the live count.
+//  5. It reads the clock again, and the seats: those of the joined
+//     namespaces whose lease ends within the horizon or that became free
+//     lately (through the index on free_at, between two constants), and
+//     those read whatever their state, by key; then the live count, the
+//     member row's state before the refresh, and the rows the renewal
+//     changed.
+//
+// Its leading comment names the number of namespaces, as PostgreSQL's
+// does (GroupRoundNamespaces). Parameters: member id, hostname, pid,
+// label, expiry window in microseconds, then JSON arrays of the joined
+// namespaces, those to join, the held leases, the sampled namespaces and
+// those read whatever their state, then the horizon and the time since a
+// seat became free (negative), in microseconds.
+var mariaRoundSQL = "BEGIN NOT ATOMIC " +
+	"DECLARE v_id " + mariaID + " DEFAULT ?; " +
+	"DECLARE v_host " + mariaText + " DEFAULT ?; " +
+	"DECLARE v_pid BIGINT DEFAULT ?; " +
+	"DECLARE v_label " + mariaText + " DEFAULT ?; " +
+	"DECLARE v_us BIGINT DEFAULT ?; " +
+	"DECLARE v_joined LONGTEXT CHARACTER SET utf8mb4 DEFAULT ?; " +
+	"DECLARE v_join LONGTEXT CHARACTER SET utf8mb4 DEFAULT ?; " +
+	"DECLARE v_held LONGTEXT CHARACTER SET utf8mb4 DEFAULT ?; " +
+	"DECLARE v_sample LONGTEXT CHARACTER SET utf8mb4 DEFAULT ?; " +
+	"DECLARE v_read LONGTEXT CHARACTER SET utf8mb4 DEFAULT ?; " +
+	"DECLARE v_horizon BIGINT DEFAULT ?; " +
+	"DECLARE v_since BIGINT DEFAULT ?; " +
+	"DECLARE v_now DATETIME(6) DEFAULT SYSDATE(6); " +
+	"DECLARE v_at DATETIME(6) DEFAULT NULL; " +
+	"DECLARE v_lo DATETIME(6) DEFAULT NULL; " +
+	"DECLARE v_hi DATETIME(6) DEFAULT NULL; " +
+	"DECLARE v_changed BIGINT DEFAULT 0; " +
+	"DECLARE v_kept BIGINT DEFAULT 0; " +
+	"DECLARE v_live BIGINT DEFAULT 0; " +
+	"IF v_held <> '[]' THEN " +
+	"UPDATE election_leaders l JOIN " + mariaHeldTable + " ON l.namespace = h.ns AND l.term = h.term " +
+	"SET l.lease_expires_at = v_now + INTERVAL v_us MICROSECOND, l.updated_at = v_now " +
+	"WHERE l.leader_id = v_id AND l.lease_expires_at > SYSDATE(6); " +
+	"SET v_changed = ROW_COUNT(); " +
+	"END IF; " +
+	"SELECT COUNT(*) INTO v_kept FROM election_members WHERE member_id = v_id AND expires_at >= v_now - INTERVAL v_us MICROSECOND; " +
+	"INSERT INTO election_members (member_id, hostname, pid, label, registered_at, last_heartbeat_at, expires_at) " +
+	"VALUES (v_id, v_host, v_pid, v_label, v_now, v_now, v_now + INTERVAL v_us MICROSECOND) " +
+	mysql{}.upsert(nil, memberKeep) + "; " +
+	"IF v_join <> '[]' THEN " +
+	insertMemberCandidate + "SELECT w.ns, v_id, v_now, v_now, v_now, v_host, v_pid, v_label, v_id FROM " + mariaJSONTable("v_join") + " " +
+	"ORDER BY w.ns " + mysql{}.upsert(nil, joinKeep) + "; " +
+	"END IF; " +
+	"IF v_sample <> '[]' THEN " +
+	"SELECT COALESCE(MAX(x.k), 0) + 1 INTO v_live FROM (SELECT COUNT(*) AS k FROM " + mariaJSONTable("v_sample") + " " +
+	"JOIN election_candidates e ON e.namespace = w.ns" + withMember("e") +
+	" WHERE " + liveCandidate("e", "SYSDATE(6)") + " AND e.candidate_id <> v_id GROUP BY w.ns) x; " +
+	"END IF; " +
+	"SET v_at = SYSDATE(6), v_lo = v_at + INTERVAL v_since MICROSECOND, v_hi = v_at + INTERVAL v_horizon MICROSECOND; " +
+	"SELECT v_at, s.namespace, s.leader_id, s.term, s.lease_expires_at, s.acquired_at, v_live, v_kept, v_changed " +
+	"FROM (SELECT 1 AS one) t LEFT JOIN (" +
+	"SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at FROM election_leaders l " +
+	"WHERE l.free_at > v_lo AND l.free_at < v_hi AND l.namespace IN (SELECT w.ns FROM " + mariaJSONTable("v_joined") + ") " +
+	"UNION SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at FROM " + mariaJSONTable("v_read") + " " +
+	"JOIN election_leaders l ON l.namespace = w.ns" +
+	") s ON 1; " +
+	"END"
+
+// mariaHeldTable is the JSON array of held leases in v_held, pairs of
+// namespace and term, as a table h with columns ns and term.
+const mariaHeldTable = "JSON_TABLE(v_held, '$[*]' COLUMNS (ns " + mariaNamespace + " PATH '$[0]', term BIGINT PATH '$[1]')) h"
+
+// mariaRound is mariaRoundSQL over n namespaces, led by its comment.
+func mariaRound(n int) string {
+	return roundTag + strconv.Itoa(n) + " namespaces */ " + mariaRoundSQL
+}
+
+// mariaGroupRound runs mariaRoundSQL: GroupRound on MariaDB.
+func mariaGroupRound(ctx context.Context, conn gorm.ConnPool, in RoundIn) (RoundOut, error) {
+	out := RoundOut{Renewed: map[string]time.Time{}}
+	held := make([][2]any, len(in.Held))
+	for i, h := range in.Held {
+		held[i] = [2]any{h.Namespace, h.Term}
+	}
+	args := []any{in.Member, in.Hostname, int64(in.PID), in.Label, in.Expire.Microseconds()}
+	for _, v := range []any{in.Joined, in.Join, held, in.Sample, in.Read} {
+		arr, err := json.Marshal(v)
+		if err != nil {
+			return out, err
+		}
+		if string(arr) == "null" {
+			arr = []byte("[]")
+		}
+		args = append(args, string(arr))
+	}
+	args = append(args, in.Horizon.Microseconds(), -in.Lapsed.Microseconds())
+	out.Sent = time.Now()
+	rows, err := conn.QueryContext(ctx, mariaRound(len(in.Joined)), args...)
+	if err != nil {
+		return out, err
+	}
+	changed, err := out.scan(rows, in, mariaCols)
+	if err != nil {
+		return out, err
+	}
+	// The reading began after the renewal committed: a held seat that
+	// reads held by the member in its term and live was renewed, which
+	// only this renewal can have made it, a term never returning to a
+	// candidate once it left.
+	seats := make(map[string]RoundSeat, len(out.Seats))
+	for _, s := range out.Seats {
+		seats[s.Namespace] = s
+	}
+	for _, h := range in.Held {
+		s := seats[h.Namespace]
+		if s.Leader.Valid && s.Leader.UUID == in.Member && s.Term == h.Term && s.Expires.Time.After(out.Now) {
+			out.Renewed[h.Namespace] = s.Expires.Time
+		}
+	}
+	if int64(len(out.Renewed)) > changed {
+		// More leases read as renewed than the renewal changed rows: a
+		// reading that cannot be trusted.
+		clear(out.Renewed)
+		out.Doubtful = true
+	}
+	return out, nil
+}
