@@ -132,6 +132,17 @@ func detected(t *testing.T, db *gorm.DB) dialect.Dialect {
 	return d
 }
 
+// roundTripsOn is the most round trips a Group's round may make on tg:
+// one where the round is one statement (PostgreSQL, MariaDB), several
+// elsewhere.
+func roundTripsOn(t *testing.T, tg testdb.Target, several int64) int64 {
+	t.Helper()
+	if dialect.OneStatementRound(detected(t, testdb.Open(t, tg))) {
+		return 1
+	}
+	return several
+}
+
 // isPrune reports whether query is one of the statements a leader prunes
 // with, every five expiry windows, after a round and never in it.
 func isPrune(query string) bool {
@@ -209,15 +220,12 @@ func groupRoundTrips(t *testing.T, tg testdb.Target, n int, cfg election.GroupCo
 // TestGroupFollowerRoundTrips: a Group that follows every one of its
 // namespaces (another Group, on another pool, leads them) makes the same
 // number of round trips per round with 4 namespaces as with 64: one on
-// PostgreSQL (the round is one statement), two elsewhere (the reading of
-// every seat and the heartbeat of every row; nothing to renew).
+// PostgreSQL and MariaDB (the round is one statement), two elsewhere (the
+// reading of every seat and the heartbeat of every row; nothing to renew).
 func TestGroupFollowerRoundTrips(t *testing.T) {
 	for _, tg := range testdb.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
-			want := int64(2)
-			if tg.Name == "postgres" {
-				want = 1
-			}
+			want := roundTripsOn(t, tg, 2)
 			perRound := map[int]int64{}
 			for _, n := range []int{4, 64} {
 				// Rounds of a quarter of the interval shed the attempts
@@ -239,15 +247,12 @@ func TestGroupFollowerRoundTrips(t *testing.T) {
 // TestGroupBalanceRoundTrips: with Balance, a Group leading every one of
 // its namespaces (alone, its share is all of them) makes the same number
 // of round trips per round with 4 namespaces as with 64, the count of the
-// live candidates included: one on PostgreSQL, three elsewhere (renewal,
-// reading with the count, heartbeat).
+// live candidates included: one on PostgreSQL and MariaDB, three
+// elsewhere (renewal, reading with the count, heartbeat).
 func TestGroupBalanceRoundTrips(t *testing.T) {
 	for _, tg := range testdb.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
-			want := int64(3)
-			if tg.Name == "postgres" {
-				want = 1
-			}
+			want := roundTripsOn(t, tg, 3)
 			perRound := map[int]int64{}
 			for _, n := range []int{4, 64} {
 				// Rounds of a quarter of the interval shed the attempts
