@@ -3,7 +3,9 @@ package dialect
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -11,20 +13,21 @@ import (
 
 // mariaRoundSQL is a Group's round on MariaDB: one compound statement
 // (see mariadb.go), one round trip, as PostgreSQL's round is one
-// statement, where MySQL and TiDB send two or more. Each of its
-// statements commits by itself (the round runs outside any transaction),
-// in the order GroupRound gives:
+// statement, where MySQL and TiDB send two or more. It runs outside any
+// transaction, in the order GroupRound gives:
 //
-//  1. It reads the clock, and renews the held leases (a JSON array of
-//     [namespace, term] pairs) that the member still holds live in their
-//     term, to that reading plus the expiry window; it counts the rows
-//     changed. The renewal comes first: it must answer within the trust
-//     window.
-//  2. It reads whether the member row was live, or expired for less than
-//     a window, before this round refreshes it (RoundOut.Lapsed), then
-//     creates or refreshes it.
+//  1. It reads the clock, and whether the member row was live, or
+//     expired for less than a window, before this round refreshes it
+//     (RoundOut.Lapsed).
+//  2. In one transaction, one commit as the one UPDATE of MySQL's round:
+//     it renews the held leases (a JSON array of [namespace, term]
+//     pairs, in namespace order, the order every batch locks seats in)
+//     that the member still holds live in their term, to that reading
+//     plus the expiry window, counting the rows changed, then creates or
+//     refreshes the member row. The renewal comes first: it must answer
+//     within the trust window. An error rolls the transaction back.
 //  3. It writes the candidate rows joined since the last round, pointing
-//     to the member row, in namespace order.
+//     to the member row, in namespace order, committing by itself.
 //  4. With namespaces sampled, it counts the live candidates of each; the
 //     most of one, plus the member, is the live count.
 //  5. It reads the clock again, and the seats: those of the joined
@@ -60,16 +63,19 @@ var mariaRoundSQL = "BEGIN NOT ATOMIC " +
 	"DECLARE v_changed BIGINT DEFAULT 0; " +
 	"DECLARE v_kept BIGINT DEFAULT 0; " +
 	"DECLARE v_live BIGINT DEFAULT 0; " +
+	mariaRollback +
+	"SELECT COUNT(*) INTO v_kept FROM election_members WHERE member_id = v_id AND expires_at >= v_now - INTERVAL v_us MICROSECOND; " +
+	"START TRANSACTION; " +
 	"IF v_held <> '[]' THEN " +
 	"UPDATE election_leaders l JOIN " + mariaHeldTable + " ON l.namespace = h.ns AND l.term = h.term " +
 	"SET l.lease_expires_at = v_now + INTERVAL v_us MICROSECOND, l.updated_at = v_now " +
 	"WHERE l.leader_id = v_id AND l.lease_expires_at > SYSDATE(6); " +
 	"SET v_changed = ROW_COUNT(); " +
 	"END IF; " +
-	"SELECT COUNT(*) INTO v_kept FROM election_members WHERE member_id = v_id AND expires_at >= v_now - INTERVAL v_us MICROSECOND; " +
 	"INSERT INTO election_members (member_id, hostname, pid, label, registered_at, last_heartbeat_at, expires_at) " +
 	"VALUES (v_id, v_host, v_pid, v_label, v_now, v_now, v_now + INTERVAL v_us MICROSECOND) " +
 	mysql{}.upsert(nil, memberKeep) + "; " +
+	"COMMIT; " +
 	"IF v_join <> '[]' THEN " +
 	insertMemberCandidate + "SELECT w.ns, v_id, v_now, v_now, v_now, v_host, v_pid, v_label, v_id FROM " + mariaJSONTable("v_join") + " " +
 	"ORDER BY w.ns " + mysql{}.upsert(nil, joinKeep) + "; " +
@@ -105,6 +111,7 @@ func mariaGroupRound(ctx context.Context, conn gorm.ConnPool, in RoundIn) (Round
 	for i, h := range in.Held {
 		held[i] = [2]any{h.Namespace, h.Term}
 	}
+	slices.SortFunc(held, func(a, b [2]any) int { return strings.Compare(a[0].(string), b[0].(string)) })
 	args := []any{in.Member, in.Hostname, int64(in.PID), in.Label, in.Expire.Microseconds()}
 	for _, v := range []any{in.Joined, in.Join, held, in.Sample, in.Read} {
 		arr, err := json.Marshal(v)
