@@ -120,7 +120,7 @@ func GroupRound(ctx context.Context, conn gorm.ConnPool, d Dialect, in RoundIn) 
 		_, err = out.scan(rows, in, pgCols)
 		return out, err
 	}
-	if OneStatementRound(d) {
+	if m, ok := d.(mysql); ok && m.compound {
 		return mariaGroupRound(ctx, conn, in)
 	}
 
