@@ -117,7 +117,7 @@ func GroupRound(ctx context.Context, conn gorm.ConnPool, d Dialect, in RoundIn) 
 		if err != nil {
 			return out, err
 		}
-		_, err = out.scan(rows, in, pgCols)
+		_, _, err = out.scan(rows, in, pgCols)
 		return out, err
 	}
 	if m, ok := d.(mysql); ok && m.compound {
@@ -242,7 +242,7 @@ func GroupRound(ctx context.Context, conn gorm.ConnPool, d Dialect, in RoundIn) 
 	if err != nil {
 		return out, err
 	}
-	if _, err := out.scan(rows, in, readCols); err != nil {
+	if _, _, err := out.scan(rows, in, readCols); err != nil {
 		return out, err
 	}
 	// The reading began after the renewal committed: a lease is renewed

@@ -2,6 +2,7 @@ package dialect
 
 import (
 	"database/sql"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -16,21 +17,23 @@ const (
 	// pgCols: as readCols, with the renewal's new expiry before the live
 	// count and, after it, whether the member row was kept (pgRound).
 	pgCols
-	// mariaCols: as readCols, then whether the member row was kept and
-	// the rows the renewal changed (mariaRoundSQL).
+	// mariaCols: as readCols, then whether the member row was kept, the
+	// rows the renewal changed, and the clock the statement read first
+	// (mariaRoundSQL).
 	mariaCols
 )
 
 // scan reads a round's rows, in the shape cols, and returns the rows the
-// renewal changed (mariaCols). A row of NULLs but the clock and the counts
+// renewal changed and the clock the statement read first (mariaCols). A row of NULLs but the clock and the counts
 // stands for no seat. Each namespace of in.Read without a row is reported
 // with Exists false.
-func (out *RoundOut) scan(rows *sql.Rows, in RoundIn, cols roundCols) (changed int64, err error) {
+func (out *RoundOut) scan(rows *sql.Rows, in RoundIn, cols roundCols) (changed int64, began time.Time, err error) {
 	defer rows.Close()
 	seen := map[string]bool{}
 	for rows.Next() {
 		var (
 			now, exp, acq, rexp Time
+			first               Time
 			ns                  sql.NullString
 			leader              uuid.NullUUID
 			term                sql.NullInt64
@@ -41,14 +44,14 @@ func (out *RoundOut) scan(rows *sql.Rows, in RoundIn, cols roundCols) (changed i
 		case pgCols:
 			dest = append(dest, &rexp, &live, &kept)
 		case mariaCols:
-			dest = append(dest, &live, &kept, &chg)
+			dest = append(dest, &live, &kept, &chg, &first)
 		default:
 			dest = append(dest, &live)
 		}
 		if err := rows.Scan(dest...); err != nil {
-			return 0, err
+			return 0, time.Time{}, err
 		}
-		out.Now, out.Live, out.Lapsed, changed = now.Time, int(live.Int64), cols != readCols && kept.Int64 == 0, chg.Int64
+		out.Now, out.Live, out.Lapsed, changed, began = now.Time, int(live.Int64), cols != readCols && kept.Int64 == 0, chg.Int64, first.Time
 		if !ns.Valid || seen[ns.String] {
 			continue
 		}
@@ -59,7 +62,7 @@ func (out *RoundOut) scan(rows *sql.Rows, in RoundIn, cols roundCols) (changed i
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return 0, err
+		return 0, time.Time{}, err
 	}
 	for _, ns := range in.Read {
 		if !seen[ns] {
@@ -67,5 +70,5 @@ func (out *RoundOut) scan(rows *sql.Rows, in RoundIn, cols roundCols) (changed i
 			out.Seats = append(out.Seats, RoundSeat{Namespace: ns})
 		}
 	}
-	return changed, nil
+	return changed, began, nil
 }

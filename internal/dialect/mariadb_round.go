@@ -34,8 +34,8 @@ import (
 //     namespaces whose lease ends within the horizon or that became free
 //     lately (through the index on free_at, between two constants), and
 //     those read whatever their state, by key; then the live count, the
-//     member row's state before the refresh, and the rows the renewal
-//     changed.
+//     member row's state before the refresh, the rows the renewal
+//     changed, and the clock's first reading.
 //
 // Its leading comment names the number of namespaces, as PostgreSQL's
 // does (GroupRoundNamespaces). Parameters: member id, hostname, pid,
@@ -86,7 +86,7 @@ var mariaRoundSQL = "BEGIN NOT ATOMIC " +
 	" WHERE " + liveCandidate("e", "SYSDATE(6)") + " AND e.candidate_id <> v_id GROUP BY w.ns) x; " +
 	"END IF; " +
 	"SET v_at = SYSDATE(6), v_lo = v_at + INTERVAL v_since MICROSECOND, v_hi = v_at + INTERVAL v_horizon MICROSECOND; " +
-	"SELECT v_at, s.namespace, s.leader_id, s.term, s.lease_expires_at, s.acquired_at, v_live, v_kept, v_changed " +
+	"SELECT v_at, s.namespace, s.leader_id, s.term, s.lease_expires_at, s.acquired_at, v_live, v_kept, v_changed, v_now " +
 	"FROM (SELECT 1 AS one) t LEFT JOIN (" +
 	"SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at FROM election_leaders l " +
 	"WHERE l.free_at > v_lo AND l.free_at < v_hi AND l.namespace IN (SELECT w.ns FROM " + mariaJSONTable("v_joined") + ") " +
@@ -129,9 +129,18 @@ func mariaGroupRound(ctx context.Context, conn gorm.ConnPool, in RoundIn) (Round
 	if err != nil {
 		return out, err
 	}
-	changed, err := out.scan(rows, in, mariaCols)
+	changed, began, err := out.scan(rows, in, mariaCols)
 	if err != nil {
 		return out, err
+	}
+	// Sent stands for the local time at which the reading was sent, Now
+	// for the clock it read: the time a lease has left counts from Sent
+	// (a follower tries at a lease's edge by it). The reading came after
+	// the renewal's commit: Sent moves on by the time the statement took
+	// before it, by the database clock, so that an edge is not tried
+	// early by that much, as it would be from the statement's start.
+	if d := out.Now.Sub(began); d > 0 {
+		out.Sent = out.Sent.Add(d)
 	}
 	// The reading began after the renewal committed: a held seat that
 	// reads held by the member in its term and live was renewed, which
