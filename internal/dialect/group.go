@@ -86,10 +86,10 @@ type RoundOut struct {
 	// Doubtful reports (MySQL family) that more leases read as renewed
 	// than the renewal changed rows: Renewed is then empty.
 	Doubtful bool
-	// Lapsed reports (PostgreSQL, MariaDB) that the member row was missing, or
-	// expired for longer than the expiry window, before the round
-	// refreshed it: a prune may have deleted the member's candidate rows,
-	// which the round then writes again.
+	// Lapsed reports (PostgreSQL, MariaDB) that the member row was
+	// missing, or expired for longer than the expiry window, before the
+	// round refreshed it: a prune may have deleted the member's candidate
+	// rows, which the round then writes again.
 	Lapsed bool
 }
 

@@ -24,9 +24,9 @@ const (
 )
 
 // scan reads a round's rows, in the shape cols, and returns the rows the
-// renewal changed and the clock the statement read first (mariaCols). A row of NULLs but the clock and the counts
-// stands for no seat. Each namespace of in.Read without a row is reported
-// with Exists false.
+// renewal changed and the clock the statement read first (mariaCols). A
+// row of NULLs but the clock and the counts stands for no seat. Each
+// namespace of in.Read without a row is reported with Exists false.
 func (out *RoundOut) scan(rows *sql.Rows, in RoundIn, cols roundCols) (changed int64, began time.Time, err error) {
 	defer rows.Close()
 	seen := map[string]bool{}
