@@ -191,7 +191,8 @@
 //     its renewal failing, or finding another candidate in a newer term):
 //     rounds heartbeat and read, and no handoff shortens it; after its own
 //     Resign (or a Group's balancing) likewise, but another candidate's
-//     handoff ends it (that candidate has held the seat since).
+//     handoff ends it (that candidate has held the seat since), once a
+//     reading shows the seat past the term given up (machine.probeLocked).
 //   - giving up: Resign, or a Group handing a namespace over. It has
 //     stopped leading; once its work has returned and no call that may
 //     grant the seat is in flight, it vacates its term, then sits out.

@@ -383,8 +383,15 @@ func (el *Elector) round(ctx context.Context, cause roundCause) error {
 	el.box.lock()
 	held := m.cur
 	try := held != nil || cause != causeSitOut && m.mayTryLocked(start)
+	var (
+		gaveUp   int64
+		probeEnd time.Time
+	)
 	if try {
 		m.inflight.add()
+		if held == nil {
+			gaveUp, probeEnd = m.probeLocked()
+		}
 	}
 	el.box.unlock()
 	r := result{start: start, cause: cause, held: held, observe: !try}
@@ -403,7 +410,12 @@ func (el *Elector) round(ctx context.Context, cause roundCause) error {
 	}
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if r.err = el.beforeCall(actx); r.err == nil {
+	stale := false
+	if r.err = el.beforeCall(actx); r.err == nil && gaveUp != 0 {
+		r.lease, stale, r.err = el.e.wakeStale(actx, gaveUp)
+		r.observe = stale
+	}
+	if r.err == nil && !stale {
 		if r.observe {
 			r.lease, r.err = el.lookAtSeat(actx)
 		} else {
@@ -416,6 +428,9 @@ func (el *Elector) round(ctx context.Context, cause roundCause) error {
 	}
 	el.box.lock()
 	_, err := m.settleLocked(r)
+	if stale {
+		m.staleWakeLocked(probeEnd)
+	}
 	el.box.unlock()
 	if el.hooks.round != nil {
 		el.hooks.round(roundReport{cause: r.cause, lease: r.lease, err: err, leading: el.IsLeader()})

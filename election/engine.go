@@ -150,6 +150,9 @@ type machine struct {
 	seen      bool            // last is set
 	holdUntil time.Time       // sitting out: no tries before
 	lenient   bool            // the sit-out follows the machine's own give-up: another candidate's handoff ends it
+	gaveUp    int64           // the term of the give-up that began a lenient sit-out (the highest it held)
+	probe     int64           // a wake-up ended a lenient sit-out: the next try checks first that the seat moved past this term (probeLocked)
+	probeEnd  time.Time       // the end of the sit-out that wake-up ended
 	giving    int             // give-ups (Resign, balancing) not done: no tries, grants are strays
 	closed    bool            // left, or its driver stopped: never leads again
 	stray     bool            // a term was granted that it could not lead: vacate whatever term it holds
@@ -196,9 +199,35 @@ func (m *machine) wokenLocked(s signal, now time.Time) bool {
 		if !m.lenient || s.kind != sigWake || s.vacated == uuid.Nil {
 			return false
 		}
+		// The wake-up may announce a vacate from before the give-up, or
+		// the same vacate twice (in the process, and through the
+		// database): the try checks first (probeLocked).
+		m.probe, m.probeEnd = m.gaveUp, m.holdUntil
 		m.holdUntil = time.Time{}
 	}
 	return true
+}
+
+// probeLocked returns, and forgets, the check a try must make first when a
+// handoff wake-up ended the machine's sit-out after its own give-up
+// (wokenLocked): the term it gave up (0: no check), and the end of that
+// sit-out. The try reads the seat (Election.wakeStale); when the seat is
+// still in that term, no candidate has taken it since, and the wake-up
+// was stale: the machine does not try, and sits out again until then
+// (staleWakeLocked). Without the check, a late or repeated wake-up from an
+// earlier handoff made a candidate that had just resigned take the seat
+// back.
+func (m *machine) probeLocked() (gaveUp int64, end time.Time) {
+	gaveUp, end = m.probe, m.probeEnd
+	m.probe, m.probeEnd = 0, time.Time{}
+	return gaveUp, end
+}
+
+// staleWakeLocked resumes, until end, the sit-out a stale wake-up ended.
+func (m *machine) staleWakeLocked(end time.Time) {
+	if end.After(m.holdUntil) {
+		m.holdUntil, m.lenient = end, true
+	}
 }
 
 // settleLocked acts on the result of a call: it observes the seat, and
@@ -281,7 +310,7 @@ func (m *machine) startLocked(l Lease, trusted, now time.Time, cause roundCause)
 	ctx, cancel := context.WithCancel(context.WithValue(m.parent, workKey{}, m))
 	c := &leadership{lease: l, trustedUntil: trusted, since: now, cancel: cancel}
 	c.watchdog = m.clk.AfterFunc(trusted.Sub(now), func() { m.trustEnded(c) })
-	m.cur, m.stray, m.reclaim = c, false, 0
+	m.cur, m.stray, m.reclaim, m.probe = c, false, 0, 0
 	m.leading.Store(true)
 	m.box.leading++
 	m.stopEdgeLocked()
@@ -402,7 +431,7 @@ func (m *machine) reclaimLocked(now time.Time) (int64, bool) {
 // sitOutLocked keeps the machine from trying for d from now.
 func (m *machine) sitOutLocked(now time.Time, d time.Duration, lenient bool) {
 	if until := now.Add(d); until.After(m.holdUntil) {
-		m.holdUntil, m.lenient = until, lenient
+		m.holdUntil, m.lenient, m.probe = until, lenient, 0
 	}
 }
 
@@ -524,6 +553,10 @@ func (m *machine) giveUp(ctx context.Context, op string, term int64, hold time.D
 		m.box.lock()
 		m.giving--
 		if err == nil && hold > 0 {
+			m.gaveUp = max(term, m.led.Term)
+			if m.last.HeldBy(m.id) {
+				m.gaveUp = max(m.gaveUp, m.last.Term) // a stray grant's, vacated with it
+			}
 			m.sitOutLocked(m.clk.Now(), hold, true)
 			m.signal(signal{kind: sigSitOut})
 		}

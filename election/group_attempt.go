@@ -232,12 +232,19 @@ func (g *Group) attempt(ctx context.Context, mem *member, cause roundCause) {
 	start := g.clk.Now()
 	actx, cancel := context.WithTimeout(ctx, g.t.trust())
 	defer cancel()
+	g.box.lock()
+	gaveUp, probeEnd := mem.m.probeLocked()
+	g.box.unlock()
 	var (
-		l   Lease
-		err error
+		l     Lease
+		err   error
+		stale bool
 	)
-	switch err = g.hooks.before(actx); {
-	case err != nil:
+	if err = g.hooks.before(actx); err == nil && gaveUp != 0 {
+		l, stale, err = mem.m.e.wakeStale(actx, gaveUp)
+	}
+	switch {
+	case err != nil, stale:
 	case cause == causeTick:
 		// From a reading that may be stale by now: another process may
 		// have taken the seat since, and at a cold start most have.
@@ -246,7 +253,10 @@ func (g *Group) attempt(ctx context.Context, mem *member, cause roundCause) {
 		l, err = mem.m.e.Elect(actx, g.id)
 	}
 	g.box.lock()
-	g.attemptedLocked(mem, result{start: start, cause: cause, lease: l, err: err})
+	g.attemptedLocked(mem, result{start: start, cause: cause, lease: l, err: err, observe: stale})
+	if stale {
+		mem.m.staleWakeLocked(probeEnd)
+	}
 	if err != nil {
 		g.pace.Failed()
 	}

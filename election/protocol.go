@@ -296,6 +296,30 @@ func (e *Election) electIfFree(ctx context.Context, id uuid.UUID) (Lease, error)
 	return e.Elect(ctx, id)
 }
 
+// wakeStale reads the seat unlocked for a candidate whose sit-out after
+// giving up term gaveUp a handoff wake-up ended (machine.probeLocked), and
+// reports whether the wake-up was stale: the seat is still in that term,
+// so no candidate has taken it since, and the wake-up announced an
+// earlier vacate, or the same one twice. It returns the seat as read. A
+// vacate in progress shows a later term (its holder's), and Elect, which
+// follows, waits for it on the locked path.
+func (e *Election) wakeStale(ctx context.Context, gaveUp int64) (Lease, bool, error) {
+	var s seat
+	err := e.autocommit(ctx, "Elect", nil, func(conn gorm.ConnPool, _ bool) error {
+		var err error
+		s, err = e.readSeat(ctx, conn, dialect.NoLock)
+		return err
+	})
+	if err != nil {
+		return Lease{}, false, err
+	}
+	if s.term <= gaveUp {
+		return e.lease(s), true, nil
+	}
+	e.forgetSeat() // the seat is changing hands: Elect takes the locked path
+	return e.lease(s), false, nil
+}
+
 // elect is Elect's transaction.
 func (e *Election) elect(ctx context.Context, conn gorm.ConnPool, id uuid.UUID) (Lease, error) {
 	for attempt := 0; attempt < 2; attempt++ {

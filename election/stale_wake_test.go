@@ -1,0 +1,106 @@
+package election
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+
+	"github.com/sqlelect/sqlelect/internal/handoff"
+	"github.com/sqlelect/sqlelect/internal/testdb"
+)
+
+// TestStaleWakeKeepsTheSitOut: a handoff wake-up naming another candidate
+// ends the sit-out after a candidate's own Resign only when that candidate
+// has taken the seat since (a later term). A wake-up that comes late, or a
+// second time (in the process and through the database), from a vacate
+// before the Resign finds the seat still in the term the candidate gave up:
+// the candidate does not take it back, and sits its time out.
+func TestStaleWakeKeepsTheSitOut(t *testing.T) {
+	for _, tg := range testdb.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			db := testdb.Open(t, tg)
+			ns := testdb.Namespace(t)
+			a := newRecordedElector(t, newTestElection(t, db, ns, 10*time.Second), &seq{}, ElectorConfig{Interval: 3 * time.Second})
+			startRun(t, a.el)
+			st, _ := a.waitLeading(0)
+			if err := a.el.Resign(electorCtx(t)); err != nil {
+				t.Fatalf("Resign: %v", err)
+			}
+			from := a.rounds.len()
+			a.el.signal(signal{kind: sigWake, src: handoff.Local, vacated: uuid.New()})
+			next, _ := a.waitRound("the round after the stale wake-up", from, func(roundReport) bool { return true })
+			if next.cause != causeWakeLocal || !next.lease.Vacant() {
+				t.Fatalf("after a stale wake-up: a %s round, lease %+v; want the wake-up's round, finding the seat vacant", next.cause, next.lease)
+			}
+			won, _ := a.waitRound("A's next term", from, func(rr roundReport) bool { return rr.lease.HeldBy(a.el.ID()) })
+			if won.cause != causeTick || won.lease.Term != st.lease.Term+1 {
+				t.Fatalf("A took the seat back in a %s round, term %d; want the tick after its sit-out, term %d", won.cause, won.lease.Term, st.lease.Term+1)
+			}
+
+			// A genuine wake-up still ends the sit-out: another candidate
+			// takes the seat after A's Resign and vacates it.
+			if err := a.el.Resign(electorCtx(t)); err != nil {
+				t.Fatalf("second Resign: %v", err)
+			}
+			other := newTestElection(t, db, ns, 10*time.Second)
+			b := uuid.New()
+			if l, err := other.Elect(electorCtx(t), b); err != nil || !l.HeldBy(b) {
+				t.Fatalf("B's Elect: %+v, %v", l, err)
+			}
+			from = a.rounds.len()
+			if err := other.Resign(electorCtx(t), b); err != nil {
+				t.Fatalf("B's Resign: %v", err)
+			}
+			taken, _ := a.waitRound("A's round after B's Resign", from, func(rr roundReport) bool { return rr.lease.HeldBy(a.el.ID()) })
+			if taken.cause != causeWakeLocal && taken.cause != causeWakeNotify {
+				t.Errorf("A took the seat in a %s round, want a wake-up's", taken.cause)
+			}
+		})
+	}
+}
+
+// TestGroupStaleWakeKeepsTheSitOut is TestStaleWakeKeepsTheSitOut for a
+// Group: after its Resign of a namespace, a stale wake-up there does not
+// make it take the seat back before its sit-out ends.
+func TestGroupStaleWakeKeepsTheSitOut(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *gorm.DB) {
+		ctx := electorCtx(t)
+		ns := testdb.Namespace(t)
+		const interval = 3 * time.Second
+		started := make(chan time.Time, 4)
+		g, err := NewGroup(ctx, db, uuid.New(), GroupConfig{
+			Namespaces:       []string{ns},
+			Interval:         interval,
+			OnStartedLeading: func(context.Context, Lease) { started <- time.Now() },
+		}, WithLogger(silent), WithExpire(10*time.Second))
+		if err != nil {
+			t.Fatalf("NewGroup: %v", err)
+		}
+		runUntilCleanup(t, ctx, g)
+		select {
+		case <-started:
+		case <-time.After(waitLimit):
+			t.Fatal("the Group never led")
+		}
+		if err := g.Resign(ctx, ns); err != nil {
+			t.Fatalf("Resign: %v", err)
+		}
+		// The sit-out began before Resign returned.
+		resigned := time.Now()
+		g.box.lock()
+		mem := g.members[ns]
+		g.box.unlock()
+		g.wake(mem, signal{kind: sigWake, src: handoff.Local, vacated: uuid.New()})
+		select {
+		case at := <-started:
+			if d := at.Sub(resigned); d < interval/2 {
+				t.Fatalf("the Group led again %v after its Resign, after a stale wake-up; want no sooner than its sit-out of %v ends", d, interval)
+			}
+		case <-time.After(waitLimit):
+			t.Fatal("the Group never led again")
+		}
+	})
+}
