@@ -287,9 +287,8 @@ func (o *childObserver) LeadershipStarted(l election.Leadership) {
 
 // LeadershipStopped records the term as given up early when the Group
 // may vacate it: after Leave, Resign, balancing, shutdown, or a step-down
-// (a renewal that landed after the trust window leaves a live lease, which
-// a later round leads again in the same term, or a Leave or shutdown
-// vacates). A term lost to another leader, a new term or its
+// (a renewal that landed after the trust window leaves a term the Group
+// then vacates). A term lost to another leader, a new term or its
 // lease's expiry, or vacated by another process, is not: its lease must
 // have ended before the next term began, and the checker looks.
 func (o *childObserver) LeadershipStopped(l election.Leadership) {
