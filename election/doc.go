@@ -261,8 +261,11 @@
 //     notifications), and the hooks that run in the vacating transaction.
 //   - watch.go: WatchVacancies, the vacated seats for tools.
 //   - engine.go: the state machine of one namespace (above): leadership,
-//     trust window and watchdog, the lease's edge, sitting out, the leader
-//     work, give-ups and vacates after the work.
+//     trust window and watchdog, the lease's edge, the leader work,
+//     give-ups and vacates after the work.
+//   - sitout.go: the machine's sit-out: how it begins, which handoff
+//     wake-up ends it early, and how a try started by a stale wake-up
+//     resumes it.
 //   - engine_work.go: the lock a driver's machines share and the observer
 //     calls run after it, the callbacks' dispatcher, the counters of work
 //     and calls in flight.
