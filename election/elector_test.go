@@ -786,22 +786,31 @@ func TestResignIgnoresWakeInVain(t *testing.T) {
 			if won.lease.Term != st.lease.Term+1 {
 				t.Fatalf("A's next term %d, want %d", won.lease.Term, st.lease.Term+1)
 			}
-			if err := a.el.Resign(electorCtx(t)); err != nil {
-				t.Fatalf("second Resign: %v", err)
-			}
-			other := newTestElection(t, db, ns, 10*time.Second)
-			b := uuid.New()
-			if l, err := other.Elect(electorCtx(t), b); err != nil || !l.HeldBy(b) {
-				t.Fatalf("B's Elect: %+v, %v", l, err)
-			}
-			from = a.rounds.len()
-			if err := other.Resign(electorCtx(t), b); err != nil {
-				t.Fatalf("B's Resign: %v", err)
-			}
-			taken, _ := a.waitRound("A's round after B's Resign", from, func(rr roundReport) bool { return rr.lease.HeldBy(a.el.ID()) })
-			if taken.cause != causeWakeLocal && taken.cause != causeWakeNotify {
-				t.Errorf("A took the seat in a %s round, want a wake-up's", taken.cause)
-			}
+			handBackByAnother(t, a, db, ns)
 		})
+	}
+}
+
+// handBackByAnother checks that a genuine hand-back ends a's sit-out after
+// its own give-up: a, leading, resigns; another candidate takes the seat
+// and resigns in turn; a must take the seat from that handoff's wake-up,
+// not from its tick.
+func handBackByAnother(t *testing.T, a *recorder, db *gorm.DB, ns string) {
+	t.Helper()
+	if err := a.el.Resign(electorCtx(t)); err != nil {
+		t.Fatalf("A's Resign before the hand-back: %v", err)
+	}
+	other := newTestElection(t, db, ns, 10*time.Second)
+	b := uuid.New()
+	if l, err := other.Elect(electorCtx(t), b); err != nil || !l.HeldBy(b) {
+		t.Fatalf("B's Elect: %+v, %v", l, err)
+	}
+	from := a.rounds.len()
+	if err := other.Resign(electorCtx(t), b); err != nil {
+		t.Fatalf("B's Resign: %v", err)
+	}
+	taken, _ := a.waitRound("A's round after B's Resign", from, func(rr roundReport) bool { return rr.lease.HeldBy(a.el.ID()) })
+	if taken.cause != causeWakeLocal && taken.cause != causeWakeNotify {
+		t.Errorf("A took the seat in a %s round, want a wake-up's", taken.cause)
 	}
 }

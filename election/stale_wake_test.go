@@ -56,22 +56,7 @@ func TestStaleWakeKeepsTheSitOut(t *testing.T) {
 
 			// A genuine wake-up still ends the sit-out: another candidate
 			// takes the seat after A's Resign and vacates it.
-			if err := a.el.Resign(electorCtx(t)); err != nil {
-				t.Fatalf("second Resign: %v", err)
-			}
-			other := newTestElection(t, db, ns, 10*time.Second)
-			b := uuid.New()
-			if l, err := other.Elect(electorCtx(t), b); err != nil || !l.HeldBy(b) {
-				t.Fatalf("B's Elect: %+v, %v", l, err)
-			}
-			from = a.rounds.len()
-			if err := other.Resign(electorCtx(t), b); err != nil {
-				t.Fatalf("B's Resign: %v", err)
-			}
-			taken, _ := a.waitRound("A's round after B's Resign", from, func(rr roundReport) bool { return rr.lease.HeldBy(a.el.ID()) })
-			if taken.cause != causeWakeLocal && taken.cause != causeWakeNotify {
-				t.Errorf("A took the seat in a %s round, want a wake-up's", taken.cause)
-			}
+			handBackByAnother(t, a, db, ns)
 		})
 	}
 }
