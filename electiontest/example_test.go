@@ -94,3 +94,56 @@ func Example() {
 	// 1 namespaces, 2 terms, 7 observations, 4 fenced writes: no violations
 	// error: <nil>
 }
+
+// A Group's leaderships, recorded with no code in its callbacks: the
+// Observer records every lease the Group was granted or renewed, and the
+// terms it gave up (here at shutdown), even those whose leader work never
+// ran.
+func ExampleObserver() {
+	dir, err := os.MkdirTemp("", "electiontest-observer")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := session.Open("sqlite:" + filepath.Join(dir, "app.db"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() {
+		if sqlDB, err := db.DB(); err == nil {
+			sqlDB.Close()
+		}
+	}()
+	ctx := context.Background()
+	if err := migrate.Up(ctx, db); err != nil {
+		log.Fatal(err)
+	}
+
+	rec := electiontest.NewRecorder()
+	g, err := election.NewGroup(ctx, db, uuid.New(), election.GroupConfig{
+		Namespaces: []string{"billing", "reports"},
+		Interval:   100 * time.Millisecond,
+	}, election.WithObserver(electiontest.NewObserver(rec, "group-1")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- g.Run(runCtx) }()
+	for len(g.Leading()) < 2 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop() // shutdown vacates both terms
+	if err := <-done; err != nil {
+		log.Fatal(err)
+	}
+
+	for _, term := range rec.History().Terms {
+		fmt.Printf("%s term %d released: %v\n", term.Namespace, term.Term, term.Released)
+	}
+	fmt.Println("error:", rec.Check().Err())
+	// Output:
+	// billing term 1 released: true
+	// reports term 1 released: true
+	// error: <nil>
+}
