@@ -37,10 +37,9 @@ func (e groupEvent) String() string {
 }
 
 // groupEvents is an Observer that keeps every call, for tests to wait on,
-// and feeds a checker's recorder with the leases granted and renewed.
+// and feeds a checker's recorder (through an electiontest.Observer).
 type groupEvents struct {
-	name string
-	rec  *electiontest.Recorder // nil: none
+	rec *electiontest.Observer // nil: none
 
 	mu     sync.Mutex
 	events []groupEvent
@@ -48,7 +47,11 @@ type groupEvents struct {
 }
 
 func newGroupEvents(name string, rec *electiontest.Recorder) *groupEvents {
-	return &groupEvents{name: name, rec: rec, signal: make(chan struct{}, 1)}
+	o := &groupEvents{signal: make(chan struct{}, 1)}
+	if rec != nil {
+		o.rec = electiontest.NewObserver(rec, name)
+	}
+	return o
 }
 
 func (o *groupEvents) add(e groupEvent) {
@@ -63,17 +66,23 @@ func (o *groupEvents) add(e groupEvent) {
 }
 
 func (o *groupEvents) Attempt(a election.Attempt) {
-	if o.rec != nil && (a.Outcome == election.OutcomeLed || a.Outcome == election.OutcomeRenewed) {
-		o.rec.Observe(o.name, a.Lease)
+	if o.rec != nil {
+		o.rec.Attempt(a)
 	}
 	o.add(groupEvent{kind: "attempt", ns: a.Namespace, a: a})
 }
 
 func (o *groupEvents) LeadershipStarted(ld election.Leadership) {
+	if o.rec != nil {
+		o.rec.LeadershipStarted(ld)
+	}
 	o.add(groupEvent{kind: "started", ns: ld.Namespace, ld: ld})
 }
 
 func (o *groupEvents) LeadershipStopped(ld election.Leadership) {
+	if o.rec != nil {
+		o.rec.LeadershipStopped(ld)
+	}
 	o.add(groupEvent{kind: "stopped", ns: ld.Namespace, ld: ld})
 }
 

@@ -44,23 +44,10 @@ func (r *groupRun) stop() error {
 	return r.err
 }
 
-// groupObserver records, for the checker, every lease a Group was granted
-// or renewed.
-type groupObserver struct {
-	election.NopObserver
-	name string
-	rec  *electiontest.Recorder
-}
-
-func (o groupObserver) Attempt(a election.Attempt) {
-	if a.Outcome == election.OutcomeLed || a.Outcome == election.OutcomeRenewed {
-		o.rec.Observe(o.name, a.Lease)
-	}
-}
-
-// startGroup makes and runs a Group on db. Its leader work records the
-// lease's release in rec before returning, so that the checker knows the
-// term may end early (the Group vacates only after the work returned).
+// startGroup makes and runs a Group on db. An electiontest.Observer
+// records its leases and the terms it gives up in rec; its leader work
+// records its lease and, before returning, the release (the Group vacates
+// only after the work returned).
 func startGroup(t *testing.T, db *gorm.DB, name string, rec *electiontest.Recorder, cfg election.GroupConfig, opts ...election.Option) *groupRun {
 	t.Helper()
 	id := uuid.New()
@@ -69,7 +56,7 @@ func startGroup(t *testing.T, db *gorm.DB, name string, rec *electiontest.Record
 		<-ctx.Done()
 		rec.Released(l)
 	}
-	opts = append([]election.Option{election.WithLogger(quiet), election.WithObserver(groupObserver{name: name, rec: rec})}, opts...)
+	opts = append([]election.Option{election.WithLogger(quiet), election.WithObserver(electiontest.NewObserver(rec, name))}, opts...)
 	g, err := election.NewGroup(testCtx(t), db, id, cfg, opts...)
 	if err != nil {
 		t.Fatalf("NewGroup: %v", err)

@@ -183,7 +183,7 @@ func runChild(cfg Config, out io.Writer) error {
 	}
 	rec := electiontest.NewRecorder()
 	id := uuid.New()
-	obs := &childObserver{name: id.String(), rec: rec, emit: emit, trace: cfg.Trace,
+	obs := &childObserver{rec: electiontest.NewObserver(rec, id.String()), emit: emit, trace: cfg.Trace,
 		count: func(key string) { count(trace, key) }, countErr: func(key string) { count(errsBy, key) }}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -192,7 +192,7 @@ func runChild(cfg Config, out io.Writer) error {
 		Interval:   cfg.Interval,
 		Balance:    cfg.Balance,
 		OnStartedLeading: func(lctx context.Context, l election.Lease) {
-			rec.Observe(obs.name, l)
+			rec.Observe(id.String(), l)
 			<-lctx.Done()
 		},
 	}, election.WithExpire(cfg.Expire), election.WithObserver(obs),
@@ -244,12 +244,12 @@ func runChild(cfg Config, out io.Writer) error {
 }
 
 // childObserver reports the Group's leaderships to the parent and records
-// every lease granted or renewed for the checker; with Trace it also
+// them for the checker (electiontest.Observer: every lease granted or
+// renewed, and the terms the Group may give up early); with Trace it also
 // counts the outcomes, slow renewals, stops and wake-ups.
 type childObserver struct {
 	election.NopObserver
-	name     string
-	rec      *electiontest.Recorder
+	rec      *electiontest.Observer
 	emit     func(event)
 	trace    bool
 	count    func(key string)
@@ -257,9 +257,7 @@ type childObserver struct {
 }
 
 func (o *childObserver) Attempt(a election.Attempt) {
-	if a.Outcome == election.OutcomeRenewed || a.Outcome == election.OutcomeLed {
-		o.rec.Observe(o.name, a.Lease)
-	}
+	o.rec.Attempt(a)
 	if a.Err != nil {
 		o.countErr(a.ErrorClass)
 	}
@@ -281,22 +279,12 @@ func (o *childObserver) Attempt(a election.Attempt) {
 }
 
 func (o *childObserver) LeadershipStarted(l election.Leadership) {
-	o.rec.Observe(o.name, l.Lease)
+	o.rec.LeadershipStarted(l)
 	o.emit(event{Kind: "led", Namespace: l.Namespace, Term: l.Lease.Term})
 }
 
-// LeadershipStopped records the term as given up early when the Group
-// may vacate it: after Leave, Resign, balancing, shutdown, or a step-down
-// (a renewal that landed after the trust window leaves a term the Group
-// then vacates). A term lost to another leader, a new term or its
-// lease's expiry, or vacated by another process, is not: its lease must
-// have ended before the next term began, and the checker looks.
 func (o *childObserver) LeadershipStopped(l election.Leadership) {
-	switch l.Reason {
-	case election.StopLost, election.StopVacated:
-	default:
-		o.rec.Released(l.Lease)
-	}
+	o.rec.LeadershipStopped(l)
 	o.emit(event{Kind: "stopped", Namespace: l.Namespace, Term: l.Lease.Term, Reason: string(l.Reason)})
 	if o.trace {
 		o.count("stopped " + string(l.Reason))
