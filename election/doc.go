@@ -176,9 +176,12 @@
 //   - leading: a grant started it, and every renewal extends the trust
 //     window to the start of the round that renewed plus Expire() minus
 //     SafetyMargin (monotonic clock). A watchdog ends it when the window
-//     passes without a renewal (StopSteppedDown); a result naming another
-//     leader ends it (StopLost), as does one showing that another process
-//     vacated its term (StopVacated, then sitting out). A grant or renewal
+//     passes without a renewal (StopSteppedDown); a renewal held up past
+//     the window may still land, and the next Elect, or a Group's next
+//     round, renews that lease and leads again in the same term
+//     (machine.reclaimLocked). A result naming another leader ends it
+//     (StopLost), as does one showing that another process vacated its
+//     term (StopVacated, then sitting out). A grant or renewal
 //     that leaves less trust than one renewal period is renewed at once, so
 //     a late answer does not cost a step-down. Its leader work runs while
 //     it leads, one at a time per namespace, and the seat is never vacated

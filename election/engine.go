@@ -156,6 +156,7 @@ type machine struct {
 	giving    int             // give-ups (Resign, balancing) not done: no tries, grants are strays
 	closed    bool            // left, or its driver stopped: never leads again
 	stray     bool            // a term was granted that it could not lead: vacate whatever term it holds
+	reclaim   int64           // the term it stepped down from, which the database may still hold for it (reclaimLocked); 0 when none
 	prevWork  chan struct{}   // closed when the last OnStartedLeading returned (nil: none)
 	edge      timer           // the try at the end of another candidate's lease
 	edgeFor   Lease           // the lease edge tries are for
@@ -266,7 +267,7 @@ func (m *machine) startLocked(l Lease, trusted, now time.Time, cause roundCause)
 	ctx, cancel := context.WithCancel(context.WithValue(m.parent, workKey{}, m))
 	c := &leadership{lease: l, trustedUntil: trusted, since: now, cancel: cancel}
 	c.watchdog = m.clk.AfterFunc(trusted.Sub(now), func() { m.trustEnded(c) })
-	m.cur, m.stray, m.probe = c, false, 0
+	m.cur, m.stray, m.reclaim, m.probe = c, false, 0, 0
 	m.leading.Store(true)
 	m.box.leading++
 	m.stopEdgeLocked()
@@ -323,6 +324,12 @@ func (m *machine) stopLocked(why stopWhy, now time.Time) {
 	m.leading.Store(false)
 	m.box.leading--
 	m.led = c.lease
+	m.reclaim = 0
+	if why.reason == StopSteppedDown {
+		// No renewal confirmed in time, but one may have landed, or the
+		// lease may not have ended yet.
+		m.reclaim = c.lease.Term
+	}
 	c.cancel()
 	c.watchdog.Stop()
 	m.e.forget(m.id)
@@ -358,11 +365,34 @@ func (m *machine) trustEnded(c *leadership) {
 	}
 }
 
+// reclaimLocked returns the term the machine stepped down from (its trust
+// window passed while a renewal waited, or a renewal returned too late),
+// which the database may still hold for the candidate, when the machine
+// may try: a Group's round renews it with the leases it holds (the renewal
+// changes only a live lease of the candidate in that term), and the
+// machine leads again in that term. A renewal held up by a stall often
+// lands when the stall ends, whether or not its round timed out, and
+// extends a lease no process trusts: without the reclaim the seat stays
+// led by nobody for a lease, and a Group that sheds its attempts while its
+// rounds are slow would not take it back even then. A renewal of the
+// candidate's own live lease is no attempt: it is never shed, and keeps
+// the term. The first reading that shows the seat otherwise ends it
+// (observeLocked).
+func (m *machine) reclaimLocked(now time.Time) (int64, bool) {
+	if m.reclaim == 0 || !m.mayTryLocked(now) {
+		return 0, false
+	}
+	return m.reclaim, true
+}
+
 // observeLocked records the seat as a call saw it, and reports a change
 // of leader or term to OnNewLeader.
 func (m *machine) observeLocked(l Lease) {
 	changed := !m.seen || l.Leader != m.last.Leader || l.Term != m.last.Term
 	m.last, m.seen = l, true
+	if !l.HeldBy(m.id) || l.Term != m.reclaim {
+		m.reclaim = 0
+	}
 	if cb := m.cb.newLeader; changed && cb != nil {
 		m.events.push(func() { cb(l) })
 	}
@@ -455,6 +485,7 @@ func (m *machine) beginGiveUpLocked(why stopWhy) (term int64) {
 		term = m.cur.lease.Term
 		m.stopLocked(why, m.clk.Now())
 	}
+	m.reclaim = 0
 	m.giving++
 	return term
 }
@@ -504,10 +535,11 @@ func (m *machine) giveUp(ctx context.Context, op string, term int64, hold time.D
 func (m *machine) closeLocked(why stopWhy) (mayHold bool) {
 	m.closed = true
 	m.stopEdgeLocked()
-	mayHold = m.stray || m.giving > 0 || m.cur != nil
+	mayHold = m.stray || m.giving > 0 || m.cur != nil || m.reclaim != 0
 	if m.cur != nil {
 		m.stopLocked(why, m.clk.Now())
 	}
+	m.reclaim = 0
 	return mayHold
 }
 

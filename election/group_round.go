@@ -41,7 +41,8 @@ func (g *Group) signaled() (roundCause, bool) {
 // heldSeat is a lease a round renews.
 type heldSeat struct {
 	mem  *member
-	lead *leadership // the leadership it renews
+	lead *leadership // the leadership it renews; nil for a reclaim (machine.reclaimLocked)
+	term int64       // a reclaim's term
 }
 
 // sampleSize is how many namespaces a Balance round counts the live
@@ -92,7 +93,7 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	// (those a balanced round samples come first). Seats the Group leads
 	// are never left out.
 	budget := g.pace.Joins()
-	joins := budget
+	joins, reclaims := budget, 0
 	sorted := g.sortedLocked()
 	in.Joined, members = make([]string, 0, len(sorted)), make([]*member, 0, len(sorted))
 	for _, mem := range sorted {
@@ -117,12 +118,23 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 			in.Join = append(in.Join, mem.ns)
 			joining = append(joining, mem)
 		}
+		term, reclaim := int64(0), false
+		if mem.m.cur == nil {
+			term, reclaim = mem.m.reclaimLocked(start)
+			reclaim = reclaim && g.withinLocked(mem, false, reclaims)
+		}
 		switch c := mem.m.cur; {
-		case c != nil:
+		case c != nil || reclaim:
+			h := heldSeat{mem: mem, lead: c, term: term}
+			if c != nil {
+				h.term = c.lease.Term
+			} else {
+				reclaims++
+			}
 			mem.renewing = true
 			mem.m.inflight.add()
-			held = append(held, heldSeat{mem: mem, lead: c})
-			in.Held = append(in.Held, dialect.HeldLease{Namespace: mem.ns, Term: c.lease.Term})
+			held = append(held, h)
+			in.Held = append(in.Held, dialect.HeldLease{Namespace: mem.ns, Term: h.term})
 			in.Read = append(in.Read, mem.ns)
 		case !mem.seen || mem.m.last.Vacant() || mem.reread:
 			// Never read, free when last read, or not tried at its lease's
@@ -209,9 +221,9 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 		mem.written = true
 		mem.m.e.rowsKept.Store(true)
 	}
-	heldBy := make(map[*member]*leadership, len(held))
+	heldBy := make(map[*member]heldSeat, len(held))
 	for _, h := range held {
-		heldBy[h.mem] = h.lead
+		heldBy[h.mem] = h
 	}
 	var attempts []*member
 	for _, rs := range out.Seats {
@@ -227,7 +239,14 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 		mem.seen = mem.seen || rs.Exists
 		mem.reread = false
 		l := mem.m.e.lease(s)
-		if lead, ok := heldBy[mem]; ok {
+		h, renews := heldBy[mem]
+		if exp, renewed := out.Renewed[rs.Namespace]; renews && h.lead == nil && renewed {
+			// Reclaimed: a grant of the term it stepped down from.
+			mem.m.settleLocked(result{start: start, cause: cause,
+				lease: Lease{Namespace: rs.Namespace, Leader: g.id, Term: h.term, ExpiresAt: exp, AcquiredAt: s.acquired}})
+			continue
+		}
+		if lead := h.lead; renews && lead != nil {
 			r := result{start: start, cause: cause, held: lead, lease: l}
 			if exp, renewed := out.Renewed[rs.Namespace]; renewed {
 				r.lease = lead.lease

@@ -19,7 +19,9 @@ import (
 // It records a release when a leadership stops for any reason but
 // StopLost and StopVacated: after Resign, Leave, balancing and shutdown
 // the driver vacates the term, and after a step-down it may (a renewal
-// that landed after the trust window leaves a term it then vacates). A
+// that landed after the trust window leaves a live lease, which a Group's
+// later round leads again in the same term, or a Leave or shutdown
+// vacates). A
 // term lost to another leader, to a new term or to its lease's expiry, or
 // vacated by another process, is not released here: a lost lease must
 // have ended before the next term began, and the Checker looks; whoever
