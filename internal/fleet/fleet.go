@@ -78,13 +78,20 @@ type Proc struct {
 	mu      sync.Mutex
 	ready   bool
 	leading map[string]int64 // namespace -> term
-	starts  []time.Time
+	starts  []start
 	stops   []Stop
 	samples []Sample
 	errs    map[string]int64
 	trace   map[string]int64
 	exited  bool // its stdout ended
 	stopped bool // Kill, Stop or Close ended it
+}
+
+// start is the start of a leadership, as the parent read it.
+type start struct {
+	at   time.Time
+	ns   string
+	term int64
 }
 
 // Stop is the end of a leadership, as the parent read it.
@@ -215,12 +222,41 @@ func (f *Fleet) Starts(from, to time.Time) int {
 	n := 0
 	for _, pr := range f.procs {
 		pr.mu.Lock()
-		for _, t := range pr.starts {
-			if !t.Before(from) && t.Before(to) {
+		for _, st := range pr.starts {
+			if !st.at.Before(from) && st.at.Before(to) {
 				n++
 			}
 		}
 		pr.mu.Unlock()
+	}
+	return n
+}
+
+// NewTerms returns the terms whose first leadership started in [from,
+// to), in every process: the starts that changed the term, where Starts
+// also counts a leadership that began again in a term already led (a
+// Group that stepped down and reclaimed its lease).
+func (f *Fleet) NewTerms(from, to time.Time) int {
+	type key struct {
+		ns   string
+		term int64
+	}
+	first := map[key]time.Time{}
+	for _, pr := range f.procs {
+		pr.mu.Lock()
+		for _, st := range pr.starts {
+			k := key{st.ns, st.term}
+			if at, ok := first[k]; !ok || st.at.Before(at) {
+				first[k] = st.at
+			}
+		}
+		pr.mu.Unlock()
+	}
+	n := 0
+	for _, at := range first {
+		if !at.Before(from) && at.Before(to) {
+			n++
+		}
 	}
 	return n
 }
@@ -497,7 +533,7 @@ func (pr *Proc) readEvents(r io.Reader) {
 			pr.ready = true
 		case "led":
 			pr.leading[ev.Namespace] = ev.Term
-			pr.starts = append(pr.starts, now)
+			pr.starts = append(pr.starts, start{at: now, ns: ev.Namespace, term: ev.Term})
 		case "stopped":
 			if pr.leading[ev.Namespace] == ev.Term {
 				delete(pr.leading, ev.Namespace)

@@ -70,6 +70,10 @@ func TestFleet(t *testing.T) {
 			if f.Starts(f.Started(), to) < m {
 				t.Errorf("%d leaderships started, want at least %d", f.Starts(f.Started(), to), m)
 			}
+			// Every namespace began a term; a term led twice is one.
+			if n, starts := f.NewTerms(f.Started(), to), f.Starts(f.Started(), to); n < m || n > starts {
+				t.Errorf("%d new terms, want from %d to the %d leaderships started", n, m, starts)
+			}
 			victim := f.Procs()[0]
 			orphans := victim.LeadingNames()
 			f.Kill(victim)

@@ -236,7 +236,7 @@ func parent() error {
 		fmt.Println()
 		fmt.Printf("Overload: %s, then %v after it. Statements per process per interval: the mean of the processes, and the worst process in brackets.\n", o.overload, *after)
 		fmt.Println()
-		fmt.Println("| M | P | balance | per process per interval: steady / during / after | flaps during / after (per minute, % of M) | ends of leadership during and after | every namespace led again | rows written per interval: steady / during / after | rows read per interval: steady / during / after | connections (most) | failed rounds and attempts | overlaps |")
+		fmt.Println("| M | P | balance | per process per interval: steady / during / after | flaps during / after (per minute, % of M; new terms) | ends of leadership during and after | every namespace led again | rows written per interval: steady / during / after | rows read per interval: steady / during / after | connections (most) | failed rounds and attempts | overlaps |")
 		fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
 		for _, l := range overRows {
 			fmt.Println(l)

@@ -256,7 +256,7 @@ func measureOverload(ctx context.Context, o options, f *fleet.Fleet, m, p int, b
 	flaps := func(w window) string {
 		n := f.Starts(w.from, w.to)
 		perMin := float64(n) / w.seconds() * 60
-		return fmt.Sprintf("%d (%.0f/min, %.1f %%)", n, perMin, 100*perMin/float64(m))
+		return fmt.Sprintf("%d (%.0f/min, %.1f %%; %d new terms)", n, perMin, 100*perMin/float64(m), f.NewTerms(w.from, w.to))
 	}
 	rows := func(ws ...window) (string, string) {
 		var wr, rd []string
