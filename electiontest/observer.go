@@ -16,22 +16,20 @@ import (
 // (a test of yours that also counts events) and call its methods from
 // yours.
 //
-// It records a release when a leadership stops for any reason but
-// StopLost and StopVacated: after Resign, Leave, balancing and shutdown
-// the driver vacates the term, and after a step-down it may (a renewal
-// that landed after the trust window leaves a live lease, which a Group's
-// later round leads again in the same term, or a Leave or shutdown
-// vacates). A
-// term lost to another leader, to a new term or to its lease's expiry, or
-// vacated by another process, is not released here: a lost lease must
-// have ended before the next term began, and the Checker looks; whoever
-// vacates another's term (an operator's VacateSeat or VacateLease, an
+// It records a release when a leadership stops for any reason but StopLost
+// and StopVacated: after Resign, Leave, balancing and shutdown the driver
+// vacates the term, and after a step-down it may (a renewal that landed
+// after the trust window leaves a live lease, which a Group's later round
+// leads again in the same term, or a Leave or shutdown vacates). A term
+// lost to another leader, to a new term or to its lease's expiry, or
+// vacated by another process, is not released here: a lost lease must have
+// ended before the next term began, and the Checker looks; whoever vacates
+// another's term (an operator's VacateSeat or VacateLease, an
 // UnregisterCandidate) records that release with Released or
-// ReleasedBetween. It also records a
-// release for a lease granted or renewed that no leadership of the
-// candidate holds (a grant that came during a give-up, or a renewal that
-// landed after its leadership ended): the driver vacates it or lets it
-// lapse.
+// ReleasedBetween. It also records a release for a lease granted or renewed
+// that no leadership of the candidate holds (a grant that came during a
+// give-up, or a renewal that landed after its leadership ended): the driver
+// vacates it or lets it lapse.
 //
 // Recording releases here rather than in the leader's work matters for a
 // Group: it may hand a namespace over before the OnStartedLeading of that
@@ -39,9 +37,10 @@ import (
 // release when its context ends does not hear of that term, and the
 // Checker reports an overlap that did not happen.
 //
-// Observations of one participant must be recorded in order: give each
-// Elector and Group an Observer with a name of its own (an Election's
-// observer is shared by its Electors and Groups).
+// Observations of one participant must be recorded in order, under a name
+// of its own: an Election's observer is shared by every Elector and Group
+// made from it, so give each participant an Election of its own, with an
+// Observer of its own.
 type Observer struct {
 	election.NopObserver
 	rec  *Recorder
