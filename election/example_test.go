@@ -7,7 +7,6 @@ import (
 	"log"
 	"net/http"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -15,31 +14,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/sqlelect/sqlelect/election"
-	"github.com/sqlelect/sqlelect/migrate"
-	"github.com/sqlelect/sqlelect/session"
+	"github.com/sqlelect/sqlelect/internal/testdb"
 )
-
-// exampleDB opens a migrated SQLite database in a temporary directory; the
-// returned function closes and removes it.
-func exampleDB() (*gorm.DB, func()) {
-	dir, err := os.MkdirTemp("", "sqlelect-example")
-	if err != nil {
-		log.Fatal(err)
-	}
-	db, err := session.Open("sqlite:" + filepath.Join(dir, "app.db"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := migrate.Up(context.Background(), db); err != nil {
-		log.Fatal(err)
-	}
-	return db, func() {
-		if sqlDB, err := db.DB(); err == nil {
-			sqlDB.Close()
-		}
-		os.RemoveAll(dir)
-	}
-}
 
 var (
 	alice = uuid.MustParse("00000000-0000-4000-8000-00000000000a")
@@ -50,7 +26,7 @@ var (
 // sees it lead, and when the leader unregisters the other takes over at
 // once with the next term.
 func Example() {
-	db, done := exampleDB()
+	db, done := testdb.ExampleDB()
 	defer done()
 	ctx := context.Background()
 
@@ -81,7 +57,7 @@ func Example() {
 // Elect returns the lease after the call: the caller's when it won or
 // renewed, another candidate's when that one holds a live lease.
 func ExampleElection_Elect() {
-	db, done := exampleDB()
+	db, done := testdb.ExampleDB()
 	defer done()
 	ctx := context.Background()
 	e, _ := election.New(db)
@@ -102,7 +78,7 @@ func ExampleElection_Elect() {
 // IsLeader asks the database, by its clock, whether a candidate holds an
 // unexpired lease.
 func ExampleElection_IsLeader() {
-	db, done := exampleDB()
+	db, done := testdb.ExampleDB()
 	defer done()
 	ctx := context.Background()
 	e, _ := election.New(db)
@@ -116,7 +92,7 @@ func ExampleElection_IsLeader() {
 
 // ListCandidates lists the live candidates in a stable order.
 func ExampleElection_ListCandidates() {
-	db, done := exampleDB()
+	db, done := testdb.ExampleDB()
 	defer done()
 	ctx := context.Background()
 	e, _ := election.New(db)
@@ -137,7 +113,7 @@ func ExampleElection_ListCandidates() {
 // the seat until the transaction ends. A leader that lost the seat gets
 // ErrNotLeader and its transaction writes nothing.
 func ExampleElection_Guard() {
-	db, done := exampleDB()
+	db, done := testdb.ExampleDB()
 	defer done()
 	ctx := context.Background()
 	e, _ := election.New(db)
@@ -174,7 +150,7 @@ func ExampleElection_Guard() {
 // WithTx runs a call inside the caller's transaction: its writes commit or
 // vanish with the caller's, and the library never commits or rolls back.
 func ExampleWithTx() {
-	db, done := exampleDB()
+	db, done := testdb.ExampleDB()
 	defer done()
 	ctx := context.Background()
 	e, _ := election.New(db)
@@ -191,7 +167,7 @@ func ExampleWithTx() {
 // UnregisterCandidate on shutdown hands the seat over at once instead of
 // after the lease expires.
 func ExampleElection_UnregisterCandidate() {
-	db, done := exampleDB()
+	db, done := testdb.ExampleDB()
 	defer done()
 	ctx := context.Background()
 	e, _ := election.New(db, election.WithExpire(time.Hour))
@@ -211,7 +187,7 @@ func ExampleElection_UnregisterCandidate() {
 // context that ends when leadership does, and on shutdown unregisters so
 // that another candidate can take over at once.
 func ExampleElector() {
-	db, done := exampleDB()
+	db, done := testdb.ExampleDB()
 	defer done()
 	e, _ := election.New(db, election.WithNamespace("reports"), election.WithExpire(3*time.Second))
 
@@ -264,7 +240,7 @@ func (c *countRounds) Attempt(a election.Attempt) {
 // database calls of its own; here, the grant and a renewal. Its methods
 // must return quickly.
 func ExampleWithObserver() {
-	db, done := exampleDB()
+	db, done := testdb.ExampleDB()
 	defer done()
 	obs := &countRounds{led: make(chan struct{}, 1), renewed: make(chan struct{}, 1)}
 	e, err := election.New(db, election.WithNamespace("observed"), election.WithExpire(3*time.Second), election.WithObserver(obs))
@@ -292,7 +268,7 @@ func ExampleWithObserver() {
 // A HealthCheck serves a liveness probe: 200 while the Elector follows or
 // leads and renews, 503 when it still acts as leader past its trust window.
 func ExampleNewHealthCheck() {
-	db, done := exampleDB()
+	db, done := testdb.ExampleDB()
 	defer done()
 	e, err := election.New(db, election.WithNamespace("probed"))
 	if err != nil {
@@ -329,7 +305,7 @@ func ExampleErrorClass() {
 // identity and how each ended; VacateSeat is the operator's way to end a
 // term.
 func ExampleElection_History() {
-	db, done := exampleDB()
+	db, done := testdb.ExampleDB()
 	defer done()
 	ctx := context.Background()
 	e, _ := election.New(db, election.WithLabel("pod-7"))
@@ -356,7 +332,7 @@ func ExampleElection_History() {
 
 // Candidates shows who the live candidates are; LeaderInfo who leads.
 func ExampleElection_Candidates() {
-	db, done := exampleDB()
+	db, done := testdb.ExampleDB()
 	defer done()
 	ctx := context.Background()
 	e, _ := election.New(db, election.WithLabel("v1.4.2"))
@@ -379,7 +355,7 @@ func ExampleElection_Candidates() {
 // per round whether it joins three namespaces or a thousand, and starts the
 // leader work of each namespace it wins on a goroutine of its own.
 func ExampleNewGroup() {
-	db, done := exampleDB()
+	db, done := testdb.ExampleDB()
 	defer done()
 	nss := []string{"tenant-a", "tenant-b", "tenant-c"}
 	ctx, cancel := context.WithCancel(context.Background())

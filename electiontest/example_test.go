@@ -5,16 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/sqlelect/sqlelect/election"
 	"github.com/sqlelect/sqlelect/electiontest"
-	"github.com/sqlelect/sqlelect/migrate"
-	"github.com/sqlelect/sqlelect/session"
+	"github.com/sqlelect/sqlelect/internal/testdb"
 )
 
 // An integration test of your own: two candidates compete, every lease
@@ -23,24 +20,9 @@ import (
 // candidates concurrently, for longer, with faults (killed processes,
 // paused leaders, cut connections), and fail the test on res.Err().
 func Example() {
-	dir, err := os.MkdirTemp("", "electiontest-example")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	db, err := session.Open("sqlite:" + filepath.Join(dir, "app.db"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer func() {
-		if sqlDB, err := db.DB(); err == nil {
-			sqlDB.Close()
-		}
-	}()
+	db, closeDB := testdb.ExampleDB()
+	defer closeDB()
 	ctx := context.Background()
-	if err := migrate.Up(ctx, db); err != nil {
-		log.Fatal(err)
-	}
 	e, err := election.New(db, election.WithNamespace("reports"), election.WithExpire(time.Minute))
 	if err != nil {
 		log.Fatal(err)
@@ -100,24 +82,9 @@ func Example() {
 // terms it gave up (here at shutdown), even those whose leader work never
 // ran.
 func ExampleObserver() {
-	dir, err := os.MkdirTemp("", "electiontest-observer")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	db, err := session.Open("sqlite:" + filepath.Join(dir, "app.db"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer func() {
-		if sqlDB, err := db.DB(); err == nil {
-			sqlDB.Close()
-		}
-	}()
+	db, closeDB := testdb.ExampleDB()
+	defer closeDB()
 	ctx := context.Background()
-	if err := migrate.Up(ctx, db); err != nil {
-		log.Fatal(err)
-	}
 
 	rec := electiontest.NewRecorder()
 	g, err := election.NewGroup(ctx, db, uuid.New(), election.GroupConfig{

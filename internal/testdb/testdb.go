@@ -19,6 +19,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
+	"log"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -415,4 +416,27 @@ func Galera(tb testing.TB) []string {
 		tb.Fatalf("%s names %d node(s); a cluster test needs at least 2", GaleraEnv, len(dsns))
 	}
 	return dsns
+}
+
+// ExampleDB opens a migrated SQLite database in a directory of its own,
+// for runnable examples (which have no testing.T), and returns it with the
+// function that closes it and removes the directory.
+func ExampleDB() (*gorm.DB, func()) {
+	dir, err := os.MkdirTemp("", "sqlelect-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	db, err := session.Open("sqlite:" + filepath.Join(dir, "app.db"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := migrate.Up(context.Background(), db); err != nil {
+		log.Fatal(err)
+	}
+	return db, func() {
+		if sqlDB, err := db.DB(); err == nil {
+			sqlDB.Close()
+		}
+		os.RemoveAll(dir)
+	}
 }
