@@ -52,7 +52,7 @@ func TestBatchMaxNamespaces(t *testing.T) {
 					qs = append(qs, pgRound(c.d, n))
 				} else {
 					p := c.d.(pieces)
-					qs = append(qs, BatchRenew(c.d, n), joinRows(p, n), readSeats(p, n, n, 4))
+					qs = append(qs, BatchRenew(c.d, n), joinRows(p, n), readSeats(p, n, 4))
 					if q, ok := BatchRenewReturning(c.d, n); ok {
 						qs = append(qs, q)
 					}

@@ -30,17 +30,19 @@ import (
 //     to the member row, in namespace order, committing by itself.
 //  4. With namespaces sampled, it counts the live candidates of each; the
 //     most of one, plus the member, is the live count.
-//  5. It reads the clock again, and the seats: those of the joined
-//     namespaces whose lease ends within the horizon or that became free
-//     lately (through the index on free_at, between two constants), and
+//  5. It reads the clock again, and the seats: those of the namespaces
+//     where the member has a candidate row (the joined ones, written by
+//     this round or before it) whose lease ends within the horizon or
+//     that became free lately (through the index on free_at, between two
+//     constants, then one probe of the candidate row's key a seat), and
 //     those read whatever their state, by key; then the live count, the
 //     member row's state before the refresh, the rows the renewal
 //     changed, and the clock's first reading.
 //
 // Its leading comment names the number of namespaces, as PostgreSQL's
 // does (GroupRoundNamespaces). Parameters: member id, hostname, pid,
-// label, expiry window in microseconds, then JSON arrays of the joined
-// namespaces, those to join, the held leases, the sampled namespaces and
+// label, expiry window in microseconds, then JSON arrays of the
+// namespaces to join, the held leases, the sampled namespaces and
 // those read whatever their state, then the horizon and the time since a
 // seat became free (negative), in microseconds.
 var mariaRoundSQL = "BEGIN NOT ATOMIC " +
@@ -49,7 +51,6 @@ var mariaRoundSQL = "BEGIN NOT ATOMIC " +
 	"DECLARE v_pid BIGINT DEFAULT ?; " +
 	"DECLARE v_label " + mariaText + " DEFAULT ?; " +
 	"DECLARE v_us BIGINT DEFAULT ?; " +
-	"DECLARE v_joined LONGTEXT CHARACTER SET utf8mb4 DEFAULT ?; " +
 	"DECLARE v_join LONGTEXT CHARACTER SET utf8mb4 DEFAULT ?; " +
 	"DECLARE v_held LONGTEXT CHARACTER SET utf8mb4 DEFAULT ?; " +
 	"DECLARE v_sample LONGTEXT CHARACTER SET utf8mb4 DEFAULT ?; " +
@@ -89,7 +90,8 @@ var mariaRoundSQL = "BEGIN NOT ATOMIC " +
 	"SELECT v_at, s.namespace, s.leader_id, s.term, s.lease_expires_at, s.acquired_at, v_live, v_kept, v_changed, v_now " +
 	"FROM (SELECT 1 AS one) t LEFT JOIN (" +
 	"SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at FROM election_leaders l " +
-	"WHERE l.free_at > v_lo AND l.free_at < v_hi AND l.namespace IN (SELECT w.ns FROM " + mariaJSONTable("v_joined") + ") " +
+	"WHERE l.free_at > v_lo AND l.free_at < v_hi " +
+	"AND EXISTS (SELECT 1 FROM election_candidates e WHERE e.namespace = l.namespace AND e.candidate_id = v_id) " +
 	"UNION SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at FROM " + mariaJSONTable("v_read") + " " +
 	"JOIN election_leaders l ON l.namespace = w.ns" +
 	") s ON 1; " +
@@ -113,7 +115,7 @@ func mariaGroupRound(ctx context.Context, conn gorm.ConnPool, in RoundIn) (Round
 	}
 	slices.SortFunc(held, func(a, b [2]any) int { return strings.Compare(a[0].(string), b[0].(string)) })
 	args := []any{in.Member, in.Hostname, int64(in.PID), in.Label, in.Expire.Microseconds()}
-	for _, v := range []any{in.Joined, in.Join, held, in.Sample, in.Read} {
+	for _, v := range []any{in.Join, held, in.Sample, in.Read} {
 		arr, err := json.Marshal(v)
 		if err != nil {
 			return out, err
