@@ -177,7 +177,7 @@ func (e *Election) inNamespace(ns string) *Election {
 		namespace: ns,
 		schema:    e.schema,
 		expire:    e.expire,
-		log:       e.logBase.With("namespace", ns),
+		log:       withAttrsLater(e.logBase, slog.String("namespace", ns)),
 		logBase:   e.logBase,
 		txOpts:    e.txOpts,
 		q:         e.q,

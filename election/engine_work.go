@@ -120,10 +120,18 @@ type counter struct {
 	empty chan struct{} // closed while n == 0
 }
 
-func newCounter() *counter {
-	c := &counter{empty: make(chan struct{})}
-	close(c.empty)
+// closedChan is the empty channel of every counter at zero that has never
+// counted: a Group of many namespaces makes two counters a namespace, and
+// one channel shared by all of them is one allocation, not one each. Only
+// the channels add makes are closed by done.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
 	return c
+}()
+
+func newCounter() *counter {
+	return &counter{empty: closedChan}
 }
 
 func (c *counter) add() {

@@ -285,7 +285,8 @@ func (g *Group) newMember(ns string) *member {
 	e := g.base.inNamespace(ns)
 	mem := &member{g: g, ns: ns}
 	cb := callbacks{started: g.cfg.OnStartedLeading, stopped: g.cfg.OnStoppedLeading, newLeader: g.cfg.OnNewLeader}
-	mem.m = newMachine(e, g.id, g.t, &g.box, g.clk, cb, g.events, mem.signal, e.log.With("candidate", g.id))
+	log := withAttrsLater(g.base.logBase, slog.String("namespace", ns), slog.Any("candidate", g.id))
+	mem.m = newMachine(e, g.id, g.t, &g.box, g.clk, cb, g.events, mem.signal, log)
 	mem.m.parent = context.WithoutCancel(g.runCtx)
 	mem.m.giveUps = g.giveUps
 	return mem
