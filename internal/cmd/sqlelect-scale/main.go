@@ -2,7 +2,9 @@
 // (separate OS processes, each with its own pool; see internal/fleet),
 // each a Group over the same M namespaces, on one database. For each size
 // it reports the time from a cold start until every namespace has a
-// leader, the leadership changes during a steady window (flaps), the
+// leader, the leaderships started during a steady window (flaps) and of
+// them the new terms (a lease reclaimed after a stall starts a leadership
+// in the term it had), the
 // statements per second the processes sent (counted at each process's
 // driver) and the connections they held, the rows the database wrote and
 // read per interval in the election tables (from the server's own
@@ -197,7 +199,7 @@ func parent() error {
 		byTable  []string
 		overRows []string
 	)
-	fmt.Println("| M | P | balance | cold start to all led | flaps | statements/s | per process per interval | rows written per interval | rows read per interval | connections | CPU per process | max led (share) | failover of a killed process | overlaps |")
+	fmt.Println("| M | P | balance | cold start to all led | flaps (leaderships started; new terms) | statements/s | per process per interval | rows written per interval | rows read per interval | connections | CPU per process | max led (share) | failover of a killed process | overlaps |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, m := range ints(*nsList) {
 		for _, p := range ints(*procList) {

@@ -151,8 +151,8 @@ func measure(ctx context.Context, o options, dsn string, m, p int, balance bool)
 				steady.perInterval(float64(r.written), interval), steady.perInterval(float64(r.read), interval)))
 		}
 	}
-	row := fmt.Sprintf("| %d | %d | %s | %v | %d | %.0f | %.2f | %s | %s | %s | %.1f %% | %d (%d) | %s | %d |",
-		m, p, onOff(balance), cold.Round(time.Millisecond), f.Starts(steady.from, steady.to), stmts, perProcInterval,
+	row := fmt.Sprintf("| %d | %d | %s | %v | %d (%d new terms) | %.0f | %.2f | %s | %s | %s | %.1f %% | %d (%d) | %s | %d |",
+		m, p, onOff(balance), cold.Round(time.Millisecond), f.Starts(steady.from, steady.to), f.NewTerms(steady.from, steady.to), stmts, perProcInterval,
 		written, read, connText, 100*f.CPU(steady.from, steady.to)/steady.seconds()/float64(p), mostLed, share, failover, res.Total())
 	if res.Total() != 0 {
 		fmt.Fprintln(os.Stderr, res.String())
