@@ -317,13 +317,17 @@ func readSeats(p pieces, read, sample int) string {
 			" AND e.candidate_id <> ? GROUP BY e.namespace) x)"
 	}
 	at := stmtNow(p)
-	on := "(l.free_at > " + p.plus(at) + " AND l.free_at < " + p.plus(at) +
+	where := "(l.free_at > " + p.plus(at) + " AND l.free_at < " + p.plus(at) +
 		" AND EXISTS (SELECT 1 FROM election_candidates c WHERE c.namespace = l.namespace AND c.candidate_id = ?))"
 	if read > 0 {
-		on += " OR l.namespace IN (" + marks(read) + ")"
+		where += " OR l.namespace IN (" + marks(read) + ")"
 	}
-	return "SELECT t.n, l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at, t.k FROM (SELECT " + p.now() +
-		" AS n, " + live + " AS k LIMIT 1) t LEFT JOIN election_leaders l ON " + on
+	// The seats in a derived table joined ON 1 = 1, not in the ON clause:
+	// TiDB refuses a subquery there ("ON condition doesn't support
+	// subqueries yet").
+	return "SELECT t.n, s.namespace, s.leader_id, s.term, s.lease_expires_at, s.acquired_at, t.k FROM (SELECT " + p.now() +
+		" AS n, " + live + " AS k LIMIT 1) t LEFT JOIN (SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at " +
+		"FROM election_leaders l WHERE " + where + ") s ON 1 = 1"
 }
 
 // roundTag begins every PostgreSQL round: a comment that names the number
