@@ -370,6 +370,7 @@ func TestDriversCrashFailover(t *testing.T) {
 		b.wait("to see A lead", 0, func(ev devent) bool { return ev.kind == "new-leader" && ev.lease.HeldBy(a.id()) })
 
 		a.setPaused(true) // every call of A's waits from now on: a crash
+		fromB := len(b.ev.snapshot())
 		time.Sleep(10 * time.Millisecond)
 		last := seatOf(t, db, ns)
 		if !last.HeldBy(a.id()) {
@@ -384,7 +385,16 @@ func TestDriversCrashFailover(t *testing.T) {
 		if lb.Term != last.Term+1 || lb.AcquiredAt.Before(last.ExpiresAt) {
 			t.Errorf("B leads %+v; want term %d, not before A's lease expired (%v)", lb, last.Term+1, last.ExpiresAt)
 		}
-		if won.cause != causeEdge && won.cause != causeTick {
+		switch {
+		case won.cause == causeEdge || won.cause == causeTick:
+		case won.cause == causeWakeNotify && tg.Name == "mysql":
+			// On MySQL and MariaDB a vacate anywhere in the schema
+			// (another test's shutdown) wakes every listening process in
+			// every namespace, and such a wake-up may reach B after the
+			// lease ended, before its edge. A, paused, sends nothing: B
+			// must have been told of that wake-up.
+			b.wait("the wake-up it won in", fromB, func(ev devent) bool { return ev.kind == "wake" })
+		default:
 			t.Errorf("B won in a %s round or attempt, want one at the lease's edge (or, rarely, a tick)", won.cause)
 		}
 		a.setPaused(false)
