@@ -109,13 +109,86 @@ func TestGroupWritesRowsAgainAfterALapse(t *testing.T) {
 	})
 }
 
+// TestGroupLapseWritesOnlyMissingRows: after a lapse of its member row
+// that no prune followed, a Group writes again only the candidate rows
+// that are missing (here one, deleted by hand as a prune of its
+// namespace would), not every row it has: the warning counts them.
+func TestGroupLapseWritesOnlyMissingRows(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *gorm.DB) {
+		ctx := electorCtx(t)
+		const expire = time.Second
+		nss := []string{testdb.Namespace(t), testdb.Namespace(t), testdb.Namespace(t)}
+		for _, ns := range nss {
+			if _, err := newTestElection(t, db, ns, time.Minute).Elect(ctx, uuid.New()); err != nil {
+				t.Fatalf("Elect: %v", err)
+			}
+		}
+		id := uuid.New()
+		var warned lapseWarnings
+		g, err := NewGroup(ctx, db, id, GroupConfig{Namespaces: nss}, WithExpire(expire),
+			WithLogger(slog.New(slog.NewTextHandler(&warned, nil))))
+		if err != nil {
+			t.Fatalf("NewGroup: %v", err)
+		}
+		var stalled atomic.Bool
+		g.hooks.call = func(context.Context) error {
+			if stalled.Load() {
+				return errors.New("stalled by the test")
+			}
+			return nil
+		}
+		rows := func() (n int64) {
+			if err := db.WithContext(ctx).Raw("SELECT COUNT(*) FROM election_candidates WHERE candidate_id = ? AND namespace IN ?",
+				id.String(), nss).Scan(&n).Error; err != nil {
+				t.Fatalf("counting the candidate rows: %v", err)
+			}
+			return n
+		}
+		waitFor := func(what string, ok func() bool) {
+			t.Helper()
+			for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("after 10 s: not %s (%d candidate rows)", what, rows())
+				}
+			}
+		}
+		runUntilCleanup(t, ctx, g)
+		waitFor("the candidate rows written", func() bool { return rows() == int64(len(nss)) })
+		stalled.Store(true)
+		// Longer than an expiry window, and no prune.
+		time.Sleep(expire + 300*time.Millisecond)
+		if err := db.WithContext(ctx).Exec("DELETE FROM election_candidates WHERE candidate_id = ? AND namespace = ?", id.String(), nss[1]).Error; err != nil {
+			t.Fatalf("deleting one candidate row: %v", err)
+		}
+		stalled.Store(false)
+		waitFor("the lapse told", func() bool { return warned.n.Load() > 0 })
+		waitFor("the deleted row written again", func() bool { return rows() == int64(len(nss)) })
+		if n := warned.n.Load(); n != 1 {
+			t.Errorf("%d lapse warnings, want 1", n)
+		}
+		if line := warned.last(); !strings.Contains(line, "missing=1 ") || !strings.Contains(line, "joined=3") {
+			t.Errorf("the lapse warning %q; want missing=1 of joined=3", line)
+		}
+	})
+}
+
 // lapseWarnings counts the log lines that tell a lapse of a Group's member
-// row.
-type lapseWarnings struct{ n atomic.Int32 }
+// row, and keeps the last.
+type lapseWarnings struct {
+	n    atomic.Int32
+	line atomic.Value // string
+}
 
 func (w *lapseWarnings) Write(p []byte) (int, error) {
 	if strings.Contains(string(p), "member row may have lapsed") {
+		w.line.Store(string(p))
 		w.n.Add(1)
 	}
 	return len(p), nil
+}
+
+// last is the last lapse warning, or "".
+func (w *lapseWarnings) last() string {
+	s, _ := w.line.Load().(string)
+	return s
 }

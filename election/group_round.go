@@ -86,7 +86,7 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 		joining []*member // their candidate rows written by it
 	)
 	g.rounds++
-	stamp := g.rounds
+	stamp, beat := g.rounds, g.beat
 	// The first namespaces in order whose candidate rows are not written
 	// yet are written by this round, as many as the budget allows; the
 	// others are neither read nor tried until a later round writes theirs
@@ -173,9 +173,22 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 			return err
 		})
 	}
+	// The member row expired before this round refreshed it when the
+	// rounds that did so began more than an expiry window apart (an
+	// upper bound: each refresh ran after its round began, and this one
+	// before now). A prune may then have deleted candidate rows: a prune
+	// whose window is shorter than ours too, and on every database
+	// (PostgreSQL and MariaDB also read the row as it was: out.Lapsed).
+	// Those still there are not written again (lapsedRows).
+	took, gap := g.clk.Now().Sub(start), g.clk.Now().Sub(beat)
+	lapsed := err == nil && !beat.IsZero() && (out.Lapsed || gap > g.base.expire)
+	var kept map[string]bool
+	if lapsed {
+		kept = g.lapsedRows(ctx)
+	}
 	g.box.lock()
 	defer g.box.unlock()
-	g.paceLocked(g.clk.Now().Sub(start), err)
+	g.paceLocked(took, err)
 	if gap := g.clk.Now().Sub(g.beat); err != nil || !g.beat.IsZero() && gap > g.base.expire-g.t.interval {
 		// This round failed, or rounds did for so long that another
 		// member kept from the database as long, whose last refresh came
@@ -193,27 +206,22 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	if out.Doubtful {
 		g.log.Warn("election: the seats read as renewed outnumber the rows the renewal changed; treating the leases as lost")
 	}
-	// The member row expired before this round refreshed it when the
-	// rounds that did so began more than an expiry window apart (an
-	// upper bound: each refresh ran after its round began, and this one
-	// before now). A prune may then have deleted it and the candidate
-	// rows: a prune whose window is shorter than ours too, and on every
-	// database (PostgreSQL also reads the row as it was: out.Lapsed).
-	lapsed := out.Lapsed
-	if gap := g.clk.Now().Sub(g.beat); !g.beat.IsZero() && (lapsed || gap > g.base.expire) {
-		// (The first round of a Group finds no member row on PostgreSQL:
-		// nothing to tell.)
-		lapsed = true
-		g.log.Warn("election: the Group's member row may have lapsed and been pruned; writing its candidate rows again",
-			"since_last_round", gap.Round(time.Millisecond), "expire", g.base.expire)
-	}
 	g.beat = start
 	if lapsed {
-		// Written again, from the next round.
-		for _, mem := range g.members {
+		// (The first round of a Group finds no member row on PostgreSQL:
+		// nothing to tell.) Written again, from the next round: those
+		// missing, or all when the reading of those kept failed.
+		missing := 0
+		for ns, mem := range g.members {
+			if kept != nil && kept[ns] {
+				continue
+			}
+			missing++
 			mem.written = false
 			mem.m.e.rowsKept.Store(false)
 		}
+		g.log.Warn("election: the Group's member row may have lapsed and been pruned; writing again the candidate rows a prune deleted",
+			"since_last_round", gap.Round(time.Millisecond), "expire", g.base.expire, "missing", missing, "joined", len(g.members))
 	}
 	for _, mem := range joining {
 		// The round wrote the candidate row, and the member row keeps it
@@ -285,6 +293,41 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	}
 	g.setQueueLocked(attempts)
 	return nil
+}
+
+// lapsedRows returns the namespaces where the Group's candidate rows are
+// still there after a lapse of its member row (dialect.MemberRows), or nil
+// when they could not be read: all are then written again. A lapse used to
+// rewrite every candidate row, though a prune deletes them only once the
+// member row has been expired for its own window: a Group whose rounds
+// were slow for a while (an overloaded database) spent the rounds after it
+// rewriting thousands of rows that were all there, leaving those
+// namespaces untried meanwhile, its lost seats unreclaimed among them.
+func (g *Group) lapsedRows(ctx context.Context) map[string]bool {
+	rctx, cancel := context.WithTimeout(ctx, g.t.trust())
+	defer cancel()
+	kept := map[string]bool{}
+	err := g.batch.autocommit(rctx, "Group", nil, func(conn gorm.ConnPool, _ bool) error {
+		clear(kept)
+		rows, err := conn.QueryContext(rctx, dialect.MemberRows(g.base.d), g.id, g.id)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var ns string
+			if err := rows.Scan(&ns); err != nil {
+				return err
+			}
+			kept[ns] = true
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		g.log.Warn("election: reading the Group's candidate rows after a lapse failed; writing them all again", "err", err)
+		return nil
+	}
+	return kept
 }
 
 // someOf returns at most n of the free seats nss, chosen at random when

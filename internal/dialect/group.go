@@ -416,6 +416,17 @@ func pgRound(d Dialect, n int) string {
 		"FROM c CROSS JOIN k CROSS JOIN o LEFT JOIN s ON true LEFT JOIN r ON r.namespace = s.namespace")
 }
 
+// MemberRows lists the namespaces where a member has a candidate row that
+// points to its member row: member id, twice. A Group reads them after a
+// round found its member row lapsed, when a prune may have deleted some:
+// those missing are written again, the others are not. The round committed
+// the member row's refresh before, so no prune deletes one of them after
+// this reading (Prune deletes a row by its key only while it is expired).
+// No index leads with the member: the table is scanned, once a lapse.
+func MemberRows(d Dialect) string {
+	return finish(d, "SELECT namespace FROM election_candidates WHERE candidate_id = ? AND member_id = ?")
+}
+
 // MemberGone deletes a member row: member id. A Group that stops deletes
 // it after its candidate rows.
 func MemberGone(d Dialect) string {
