@@ -25,56 +25,15 @@ func TestGroupWritesRowsAgainAfterALapse(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, db *gorm.DB) {
 		ctx := electorCtx(t)
 		const expire = time.Second
-		nss := []string{testdb.Namespace(t), testdb.Namespace(t)}
-		// Each namespace is led for a minute by a candidate of its own,
-		// so that the Group only follows there.
-		for _, ns := range nss {
-			if _, err := newTestElection(t, db, ns, time.Minute).Elect(ctx, uuid.New()); err != nil {
-				t.Fatalf("Elect: %v", err)
-			}
-		}
-		id := uuid.New()
-		var warned lapseWarnings
-		g, err := NewGroup(ctx, db, id, GroupConfig{Namespaces: nss}, WithExpire(expire),
-			WithLogger(slog.New(slog.NewTextHandler(&warned, nil))))
-		if err != nil {
-			t.Fatalf("NewGroup: %v", err)
-		}
-		var stalled atomic.Bool
-		g.hooks.call = func(context.Context) error {
-			if stalled.Load() {
-				return errors.New("stalled by the test")
-			}
-			return nil
-		}
-		rows := func() (n int64) {
-			if err := db.WithContext(ctx).Raw("SELECT COUNT(*) FROM election_candidates WHERE candidate_id = ? AND namespace IN ?",
-				id.String(), nss).Scan(&n).Error; err != nil {
-				t.Fatalf("counting the candidate rows: %v", err)
-			}
-			return n
-		}
-		members := func() (n int64) {
-			if err := db.WithContext(ctx).Raw("SELECT COUNT(*) FROM election_members WHERE member_id = ?", id.String()).Scan(&n).Error; err != nil {
-				t.Fatalf("counting the member row: %v", err)
-			}
-			return n
-		}
-		waitFor := func(what string, ok func() bool) {
-			t.Helper()
-			for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatalf("after 10 s: not %s (%d candidate rows, %d member rows)", what, rows(), members())
-				}
-			}
-		}
-		runUntilCleanup(t, ctx, g)
+		lg := newLapsingGroup(t, db, 2, expire)
+		nss, id, rows, members, waitFor, warned := lg.nss, lg.id, lg.rows, lg.members, lg.waitFor, &lg.warned
+		runUntilCleanup(t, ctx, lg.g)
 		waitFor("the candidate rows written", func() bool { return rows() == int64(len(nss)) })
 
 		if n := warned.n.Load(); n != 0 {
 			t.Fatalf("%d lapse warnings before the stall, want none", n)
 		}
-		stalled.Store(true)
+		lg.stalled.Store(true)
 		// The member row expires an expiry window after the last round
 		// that refreshed it began, at most one interval before the stall,
 		// and is pruned a window later.
@@ -90,7 +49,7 @@ func TestGroupWritesRowsAgainAfterALapse(t *testing.T) {
 			t.Fatalf("after the prune: %d candidate rows and %d member rows of the stalled Group, want none", n, m)
 		}
 
-		stalled.Store(false)
+		lg.stalled.Store(false)
 		waitFor("the candidate rows written again", func() bool { return rows() == int64(len(nss)) && members() == 1 })
 		if n := warned.n.Load(); n != 1 {
 			t.Errorf("%d lapse warnings after the stall, want 1", n)
@@ -117,59 +76,93 @@ func TestGroupLapseWritesOnlyMissingRows(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, db *gorm.DB) {
 		ctx := electorCtx(t)
 		const expire = time.Second
-		nss := []string{testdb.Namespace(t), testdb.Namespace(t), testdb.Namespace(t)}
-		for _, ns := range nss {
-			if _, err := newTestElection(t, db, ns, time.Minute).Elect(ctx, uuid.New()); err != nil {
-				t.Fatalf("Elect: %v", err)
-			}
-		}
-		id := uuid.New()
-		var warned lapseWarnings
-		g, err := NewGroup(ctx, db, id, GroupConfig{Namespaces: nss}, WithExpire(expire),
-			WithLogger(slog.New(slog.NewTextHandler(&warned, nil))))
-		if err != nil {
-			t.Fatalf("NewGroup: %v", err)
-		}
-		var stalled atomic.Bool
-		g.hooks.call = func(context.Context) error {
-			if stalled.Load() {
-				return errors.New("stalled by the test")
-			}
-			return nil
-		}
-		rows := func() (n int64) {
-			if err := db.WithContext(ctx).Raw("SELECT COUNT(*) FROM election_candidates WHERE candidate_id = ? AND namespace IN ?",
-				id.String(), nss).Scan(&n).Error; err != nil {
-				t.Fatalf("counting the candidate rows: %v", err)
-			}
-			return n
-		}
-		waitFor := func(what string, ok func() bool) {
-			t.Helper()
-			for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatalf("after 10 s: not %s (%d candidate rows)", what, rows())
-				}
-			}
-		}
-		runUntilCleanup(t, ctx, g)
-		waitFor("the candidate rows written", func() bool { return rows() == int64(len(nss)) })
-		stalled.Store(true)
+		lg := newLapsingGroup(t, db, 3, expire)
+		runUntilCleanup(t, ctx, lg.g)
+		lg.waitFor("the candidate rows written", func() bool { return lg.rows() == 3 })
+		lg.stalled.Store(true)
 		// Longer than an expiry window, and no prune.
 		time.Sleep(expire + 300*time.Millisecond)
-		if err := db.WithContext(ctx).Exec("DELETE FROM election_candidates WHERE candidate_id = ? AND namespace = ?", id.String(), nss[1]).Error; err != nil {
+		if err := db.WithContext(ctx).Exec("DELETE FROM election_candidates WHERE candidate_id = ? AND namespace = ?", lg.id.String(), lg.nss[1]).Error; err != nil {
 			t.Fatalf("deleting one candidate row: %v", err)
 		}
-		stalled.Store(false)
-		waitFor("the lapse told", func() bool { return warned.n.Load() > 0 })
-		waitFor("the deleted row written again", func() bool { return rows() == int64(len(nss)) })
-		if n := warned.n.Load(); n != 1 {
+		lg.stalled.Store(false)
+		lg.waitFor("the lapse told", func() bool { return lg.warned.n.Load() > 0 })
+		lg.waitFor("the deleted row written again", func() bool { return lg.rows() == 3 })
+		if n := lg.warned.n.Load(); n != 1 {
 			t.Errorf("%d lapse warnings, want 1", n)
 		}
-		if line := warned.last(); !strings.Contains(line, "missing=1 ") || !strings.Contains(line, "joined=3") {
+		if line := lg.warned.last(); !strings.Contains(line, "missing=1 ") || !strings.Contains(line, "joined=3") {
 			t.Errorf("the lapse warning %q; want missing=1 of joined=3", line)
 		}
 	})
+}
+
+// lapsingGroup is a Group of n namespaces, each led for a minute by a
+// candidate of its own (so that the Group only follows there), whose
+// database calls all fail while stalled is set, and whose lapse warnings
+// are counted.
+type lapsingGroup struct {
+	t       *testing.T
+	ctx     context.Context
+	db      *gorm.DB
+	nss     []string
+	id      uuid.UUID
+	g       *Group
+	stalled atomic.Bool
+	warned  lapseWarnings
+}
+
+func newLapsingGroup(t *testing.T, db *gorm.DB, n int, expire time.Duration) *lapsingGroup {
+	t.Helper()
+	ctx := electorCtx(t)
+	lg := &lapsingGroup{t: t, ctx: ctx, db: db, id: uuid.New()}
+	for range n {
+		ns := testdb.Namespace(t)
+		if _, err := newTestElection(t, db, ns, time.Minute).Elect(ctx, uuid.New()); err != nil {
+			t.Fatalf("Elect: %v", err)
+		}
+		lg.nss = append(lg.nss, ns)
+	}
+	g, err := NewGroup(ctx, db, lg.id, GroupConfig{Namespaces: lg.nss}, WithExpire(expire),
+		WithLogger(slog.New(slog.NewTextHandler(&lg.warned, nil))))
+	if err != nil {
+		t.Fatalf("NewGroup: %v", err)
+	}
+	g.hooks.call = func(context.Context) error {
+		if lg.stalled.Load() {
+			return errors.New("stalled by the test")
+		}
+		return nil
+	}
+	lg.g = g
+	return lg
+}
+
+// rows counts the Group's candidate rows.
+func (lg *lapsingGroup) rows() (n int64) {
+	if err := lg.db.WithContext(lg.ctx).Raw("SELECT COUNT(*) FROM election_candidates WHERE candidate_id = ? AND namespace IN ?",
+		lg.id.String(), lg.nss).Scan(&n).Error; err != nil {
+		lg.t.Fatalf("counting the candidate rows: %v", err)
+	}
+	return n
+}
+
+// members counts the Group's member rows.
+func (lg *lapsingGroup) members() (n int64) {
+	if err := lg.db.WithContext(lg.ctx).Raw("SELECT COUNT(*) FROM election_members WHERE member_id = ?", lg.id.String()).Scan(&n).Error; err != nil {
+		lg.t.Fatalf("counting the member row: %v", err)
+	}
+	return n
+}
+
+// waitFor waits up to 10 s for ok.
+func (lg *lapsingGroup) waitFor(what string, ok func() bool) {
+	lg.t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			lg.t.Fatalf("after 10 s: not %s (%d candidate rows, %d member rows)", what, lg.rows(), lg.members())
+		}
+	}
 }
 
 // lapseWarnings counts the log lines that tell a lapse of a Group's member
