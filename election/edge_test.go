@@ -168,9 +168,11 @@ func TestElectorEdgeFindsRenewedLease(t *testing.T) {
 }
 
 // TestEdgeOncePerLease: a follower tries at most edgeTries times at the
-// end of a given lease; if the database still shows that lease live (its
-// clock decides), it then waits for its tick, and it does not wait for an
-// edge later than its tick. The machine is the same for an Elector and a
+// end of a given lease: first at its end counted from the time the
+// reading was sent, then, if the database still showed that lease live
+// (its clock decides), at its end counted from the time the answer came,
+// which is never early; then it waits for its tick. It does not wait for
+// an edge later than its tick. The machine is the same for an Elector and a
 // Group: it asks its driver for the try with a timer of the edge's length.
 func TestEdgeOncePerLease(t *testing.T) {
 	db := testdb.Open(t, testdb.Target{Name: "sqlite"})
@@ -184,10 +186,13 @@ func TestEdgeOncePerLease(t *testing.T) {
 	m := el.m
 	other := uuid.New()
 	// edge shows the machine a reading of other's lease with left to
-	// run, and returns the wait of the try it schedules, if any.
-	edge := func(l Lease, left time.Duration) (time.Duration, bool) {
+	// run counted from the time it was sent, and by counted from the time
+	// its answer came, and returns the wait of the try it schedules, if
+	// any.
+	edge := func(l Lease, left, by time.Duration) (time.Duration, bool) {
 		t.Helper()
-		e.seen = seatHint{read: true, leader: l.Leader, ends: time.Now().Add(left)}
+		now := time.Now()
+		e.seen = seatHint{read: true, leader: l.Leader, ends: now.Add(left), endsBy: now.Add(by)}
 		el.box.lock()
 		defer el.box.unlock()
 		before := m.edge
@@ -201,23 +206,25 @@ func TestEdgeOncePerLease(t *testing.T) {
 	lease := func(expires time.Time) Lease {
 		return Lease{Namespace: "edge-once", Leader: other, Term: 3, ExpiresAt: expires}
 	}
-	if d, ok := edge(lease(exp), 100*time.Millisecond); !ok || d <= 0 || d > 100*time.Millisecond+edgeMargin {
-		t.Errorf("lease ending in 100 ms: edge = %v, %v; want about 100 ms", d, ok)
+	if d, ok := edge(lease(exp), 100*time.Millisecond, 130*time.Millisecond); !ok || d <= 0 || d > 100*time.Millisecond+edgeMargin {
+		t.Errorf("lease ending in 100 ms from the reading's sending: edge = %v, %v; want about 100 ms", d, ok)
 	}
-	if d, ok := edge(lease(exp), 3*time.Millisecond); !ok || d > 3*time.Millisecond+edgeMargin {
-		t.Errorf("the same lease, 3 ms left: edge = %v, %v; want a second try", d, ok)
+	// The first try found the lease still live: its reading took 40 ms to
+	// answer, and the second try counts from the answer.
+	if d, ok := edge(lease(exp), 3*time.Millisecond, 43*time.Millisecond); !ok || d <= 30*time.Millisecond || d > 43*time.Millisecond+edgeMargin {
+		t.Errorf("the same lease, 3 ms left from the sending and 43 ms from the answer: edge = %v, %v; want a second try in about 43 ms", d, ok)
 	}
-	if d, ok := edge(lease(exp), -5*time.Millisecond); ok {
+	if d, ok := edge(lease(exp), -5*time.Millisecond, 0); ok {
 		t.Errorf("the same lease a third time: edge = %v, want the tick", d)
 	}
-	if d, ok := edge(lease(exp.Add(time.Second)), 2*time.Second); ok {
+	if d, ok := edge(lease(exp.Add(time.Second)), 2*time.Second, 2*time.Second); ok {
 		t.Errorf("a lease ending after the tick: edge = %v, want the tick", d)
 	}
-	if d, ok := edge(lease(exp.Add(2*time.Second)), -time.Millisecond); !ok || d < 0 || d > edgeMargin {
+	if d, ok := edge(lease(exp.Add(2*time.Second)), -time.Millisecond, 0); !ok || d < 0 || d > edgeMargin {
 		t.Errorf("a lease that has just ended: edge = %v, %v; want at once", d, ok)
 	}
 	own := Lease{Namespace: "edge-once", Leader: el.ID(), Term: 4, ExpiresAt: exp.Add(3 * time.Second)}
-	if d, ok := edge(own, 10*time.Millisecond); ok {
+	if d, ok := edge(own, 10*time.Millisecond, 10*time.Millisecond); ok {
 		t.Errorf("its own lease: edge = %v, want the tick", d)
 	}
 	// The try fires the driver's signal; an Elector makes it an edge round.

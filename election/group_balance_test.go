@@ -179,7 +179,22 @@ func TestGroupLeaseEdge(t *testing.T) {
 			t.Fatalf("the new term began %v before the lease it replaced ended", -late)
 		}
 		if late > interval/4 {
-			t.Errorf("the Group took the seat %v after the lease ended; at the lease's edge it takes well under an interval (%v)", late, interval)
+			// A round slower than a quarter of the interval sheds the
+			// attempts on free seats until a round is quick again, the edge's
+			// too (internal/pace): on a machine that busy, the next round
+			// takes the seat, by design.
+			var slow time.Duration
+			events := obs.since(from)
+			for _, e := range events {
+				if e.kind == "attempt" && e.a.Duration > interval/4 {
+					slow = e.a.Duration
+				}
+			}
+			if slow == 0 {
+				t.Errorf("the Group took the seat %v after the lease ended; at the lease's edge it takes well under an interval (%v); events after the holder's last renewal: %v", late, interval, events)
+			} else {
+				t.Logf("a round took %v, so the Group shed the edge's attempt, by design", slow)
+			}
 		}
 		t.Logf("taken %v after the crashed holder's lease ended", late)
 		must(t, "Run", g.stop())

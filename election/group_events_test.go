@@ -27,7 +27,7 @@ type groupEvent struct {
 func (e groupEvent) String() string {
 	switch e.kind {
 	case "attempt":
-		return fmt.Sprintf("attempt %s %s term %d", e.ns, e.a.Outcome, e.a.Lease.Term)
+		return fmt.Sprintf("attempt %s %s term %d (%v)", e.ns, e.a.Outcome, e.a.Lease.Term, e.a.Duration.Round(time.Microsecond))
 	case "stopped":
 		return fmt.Sprintf("stopped %s term %d (%s)", e.ns, e.ld.Lease.Term, e.ld.Reason)
 	case "started":

@@ -133,13 +133,15 @@ func wakeCause(src handoff.Source) roundCause {
 }
 
 // edgeMargin is how long after the local deadline of a lease's end a
-// follower tries: it covers the time from sending the reading to the
-// database reading its clock, and the coarseness of timers.
+// follower tries: it covers the coarseness of timers; the first try
+// counts from the time the reading was sent, the second from the time its
+// answer came (machine.edgeLocked).
 const edgeMargin = time.Millisecond
 
 // edgeTries is how many tries a follower makes at the end of one lease: a
-// second one, at the remaining time the first read, when the first came
-// before the database's end of the lease.
+// second one, at the remaining time the first read counted from the time
+// its answer came, when the first came before the database's end of the
+// lease (machine.edgeLocked).
 const edgeTries = 2
 
 // driverLoop is what the round loop asks of a driver (an Elector, a

@@ -26,22 +26,24 @@ func (s seat) live() bool { return s.leader != uuid.Nil && s.expires.After(s.now
 // seatHint is who held the seat at the last reading and until when, on
 // this process's monotonic clock: the lease's remaining time by the
 // database clock, added to the local time before the reading was sent
-// (ends, no later than the lease's end). It only chooses Elect's first
-// step and when an Elector tries at the lease's end; the database clock
-// decides.
+// (ends, no later than the lease's end) and to the local time after its
+// answer came (endsBy, no earlier than it, but for the clocks' rates). It
+// only chooses Elect's first step and when an Elector tries at the lease's
+// end; the database clock decides.
 type seatHint struct {
 	read   bool // the seat was read (or a handoff said it is changing hands)
 	leader uuid.UUID
 	ends   time.Time
+	endsBy time.Time
 }
 
 // noteSeat records what a reading of the seat, sent at local time sent,
-// showed.
+// showed; it is called once the reading's answer came.
 func (e *Election) noteSeat(s seat, sent time.Time) {
 	h := seatHint{read: true}
 	if s.live() {
 		left := s.expires.Sub(s.now)
-		h = seatHint{read: true, leader: s.leader, ends: sent.Add(left)}
+		h = seatHint{read: true, leader: s.leader, ends: sent.Add(left), endsBy: time.Now().Add(left)}
 	}
 	e.mu.Lock()
 	e.seen = h
@@ -57,16 +59,16 @@ func (e *Election) forgetSeat() {
 	e.mu.Unlock()
 }
 
-// seatEnds returns the local monotonic time at which the lease leader held
-// at the last reading ends, at the latest, if that reading showed leader's
-// live lease.
-func (e *Election) seatEnds(leader uuid.UUID) (time.Time, bool) {
+// seatEnds returns the local monotonic times between which the lease
+// leader held at the last reading ends (seatHint's ends and endsBy), if
+// that reading showed leader's live lease.
+func (e *Election) seatEnds(leader uuid.UUID) (ends, endsBy time.Time, ok bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.seen.leader == uuid.Nil || e.seen.leader != leader {
-		return time.Time{}, false
+		return time.Time{}, time.Time{}, false
 	}
-	return e.seen.ends, true
+	return e.seen.ends, e.seen.endsBy, true
 }
 
 // heldByAnother reports whether Elect by id should read the seat unlocked
