@@ -179,7 +179,9 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	// before now). A prune may then have deleted candidate rows: a prune
 	// whose window is shorter than ours too, and on every database
 	// (PostgreSQL and MariaDB also read the row as it was: out.Lapsed).
-	// Those still there are not written again (lapsedRows).
+	// Those still there are not written again (lapsedRows). The first
+	// round of a Group (beat zero) finds no member row on PostgreSQL:
+	// nothing lapsed.
 	took, gap := g.clk.Now().Sub(start), g.clk.Now().Sub(beat)
 	lapsed := err == nil && !beat.IsZero() && (out.Lapsed || gap > g.base.expire)
 	var kept map[string]bool
@@ -208,9 +210,8 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	}
 	g.beat = start
 	if lapsed {
-		// (The first round of a Group finds no member row on PostgreSQL:
-		// nothing to tell.) Written again, from the next round: those
-		// missing, or all when the reading of those kept failed.
+		// Written again, from the next round: those missing, or all when
+		// the reading of those kept failed.
 		missing := 0
 		for ns, mem := range g.members {
 			if kept != nil && kept[ns] {
@@ -309,7 +310,7 @@ func (g *Group) lapsedRows(ctx context.Context) map[string]bool {
 	kept := map[string]bool{}
 	err := g.batch.autocommit(rctx, "Group", nil, func(conn gorm.ConnPool, _ bool) error {
 		clear(kept)
-		rows, err := conn.QueryContext(rctx, dialect.MemberRows(g.base.d), g.id, g.id)
+		rows, err := conn.QueryContext(rctx, dialect.MemberRows(g.base.d), g.id)
 		if err != nil {
 			return err
 		}

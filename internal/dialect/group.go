@@ -417,14 +417,15 @@ func pgRound(d Dialect, n int) string {
 }
 
 // MemberRows lists the namespaces where a member has a candidate row that
-// points to its member row: member id, twice. A Group reads them after a
+// points to its member row: member id (a Group's candidate rows carry
+// its member id as their candidate id). A Group reads them after a
 // round found its member row lapsed, when a prune may have deleted some:
 // those missing are written again, the others are not. The round committed
 // the member row's refresh before, so no prune deletes one of them after
 // this reading (Prune deletes a row by its key only while it is expired).
 // No index leads with the member: the table is scanned, once a lapse.
 func MemberRows(d Dialect) string {
-	return finish(d, "SELECT namespace FROM election_candidates WHERE candidate_id = ? AND member_id = ?")
+	return finish(d, "SELECT namespace FROM election_candidates WHERE member_id = ? AND candidate_id = member_id")
 }
 
 // MemberGone deletes a member row: member id. A Group that stops deletes
