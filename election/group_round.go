@@ -173,6 +173,7 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 			return err
 		})
 	}
+	answered := time.Now() // with out.Sent, on the clock of the seats' readings (noteSeat)
 	// The member row expired before this round refreshed it when the
 	// rounds that did so began more than an expiry window apart (an
 	// upper bound: each refresh ran after its round began, and this one
@@ -244,7 +245,7 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 		if rs.Leader.Valid && rs.Expires.Valid {
 			s.leader = rs.Leader.UUID
 		}
-		mem.m.e.noteSeat(s, out.Sent)
+		mem.m.e.noteSeat(s, out.Sent, answered)
 		mem.seen = mem.seen || rs.Exists
 		mem.reread = false
 		l := mem.m.e.lease(s)

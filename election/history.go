@@ -123,7 +123,7 @@ func (e *Election) LeaderInfo(ctx context.Context, opts ...CallOption) (LeaderIn
 		if leader.Valid && exp.Valid {
 			s.leader = leader.UUID
 		}
-		e.noteSeat(s, sent)
+		e.noteSeat(s, sent, time.Now())
 		out = LeaderInfo{Lease: e.lease(s)}
 		if !out.Lease.Vacant() {
 			out.Identity = ident.identity()

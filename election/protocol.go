@@ -225,10 +225,10 @@ func (e *Election) acquire(ctx context.Context, a dialect.Acquirer, id uuid.UUID
 				e.log.Debug("election: new leader", "leader", id, "term", r.Term, "previous", s.leader)
 			}
 			s = seat{now: r.Now, exists: true, leader: id, term: r.Term, expires: r.ExpiresAt, acquired: r.AcquiredAt}
-			e.noteSeat(s, sent)
+			e.noteSeat(s, sent, time.Now())
 			return e.lease(s), true, nil
 		case s.live() && s.leader != id:
-			e.noteSeat(s, sent)
+			e.noteSeat(s, sent, time.Now())
 			return e.lease(s), true, nil
 		case !s.exists && attempt == 0:
 			// Created by another caller at the same moment: decide again,

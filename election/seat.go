@@ -37,13 +37,13 @@ type seatHint struct {
 	endsBy time.Time
 }
 
-// noteSeat records what a reading of the seat, sent at local time sent,
-// showed; it is called once the reading's answer came.
-func (e *Election) noteSeat(s seat, sent time.Time) {
+// noteSeat records what a reading of the seat, sent at local time sent
+// and answered by local time answered, showed.
+func (e *Election) noteSeat(s seat, sent, answered time.Time) {
 	h := seatHint{read: true}
 	if s.live() {
 		left := s.expires.Sub(s.now)
-		h = seatHint{read: true, leader: s.leader, ends: sent.Add(left), endsBy: time.Now().Add(left)}
+		h = seatHint{read: true, leader: s.leader, ends: sent.Add(left), endsBy: answered.Add(left)}
 	}
 	e.mu.Lock()
 	e.seen = h
@@ -98,7 +98,7 @@ func (e *Election) readSeat(ctx context.Context, conn gorm.ConnPool, lock dialec
 	if leader.Valid && exp.Valid {
 		s.leader = leader.UUID
 	}
-	e.noteSeat(s, sent)
+	e.noteSeat(s, sent, time.Now())
 	return s, nil
 }
 
