@@ -270,7 +270,7 @@ func NewGroup(ctx context.Context, db *gorm.DB, id uuid.UUID, cfg GroupConfig, o
 		events:  newDispatcher(),
 		members: map[string]*member{},
 		runCtx:  context.Background(),
-		pace:    pace.New(),
+		pace:    pace.New(dialect.FirstJoins(base.d)),
 		giveUps: make(chan struct{}, 1),
 	}
 	for _, ns := range cfg.Namespaces {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/sqlelect/sqlelect/internal/pace"
+	"github.com/sqlelect/sqlelect/internal/dialect"
 	"github.com/sqlelect/sqlelect/internal/testdb"
 	"github.com/sqlelect/sqlelect/migrate"
 )
@@ -31,12 +31,11 @@ func runUntilCleanup(t testing.TB, ctx context.Context, g *Group) {
 }
 
 // TestGroupWritesCandidateRowsInSteps: a Group of more namespaces than a
-// round may write candidate rows for (pace.FirstJoins) writes them over
+// round may write candidate rows for (dialect.FirstJoins) writes them over
 // its first rounds, the first namespaces in order first (the ones a
 // balanced round samples), and neither reads nor takes a seat before its
 // row is written; then it takes the seats of the later ones too.
 func TestGroupWritesCandidateRowsInSteps(t *testing.T) {
-	const n = pace.FirstJoins + 300
 	for _, tg := range testdb.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
 			dsn := tg.DSN
@@ -44,6 +43,12 @@ func TestGroupWritesCandidateRowsInSteps(t *testing.T) {
 				dsn = "sqlite:" + filepath.Join(t.TempDir(), "joins.db")
 			}
 			db := testdb.OpenDSN(t, dsn)
+			d, err := dialect.For(db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := dialect.FirstJoins(d)
+			n := first + 300
 			ctx := electorCtx(t)
 			if err := migrate.Up(ctx, db); err != nil {
 				t.Fatal(err)
@@ -98,23 +103,23 @@ func TestGroupWritesCandidateRowsInSteps(t *testing.T) {
 			runUntilCleanup(t, ctx, g)
 
 			deadline := time.After(time.Minute)
-			var first step
+			var round1 step
 			select {
-			case first = <-steps:
+			case round1 = <-steps:
 			case <-deadline:
 				t.Fatal("no round succeeded within a minute")
 			}
-			if !slices.Equal(first.rows, nss[:pace.FirstJoins]) {
+			if !slices.Equal(round1.rows, nss[:first]) {
 				t.Fatalf("the first round wrote %d candidate rows (%v ... ), want the first %d namespaces in order",
-					len(first.rows), first.rows[:min(3, len(first.rows))], pace.FirstJoins)
+					len(round1.rows), round1.rows[:min(3, len(round1.rows))], first)
 			}
-			for st := first; ; {
+			for st := round1; ; {
 				for _, ns := range st.leading {
 					if _, written := slices.BinarySearch(st.rows, ns); !written {
 						t.Fatalf("the Group leads %s before its candidate row is written", ns)
 					}
 				}
-				later := slices.ContainsFunc(st.leading, func(ns string) bool { return ns >= nss[pace.FirstJoins] })
+				later := slices.ContainsFunc(st.leading, func(ns string) bool { return ns >= nss[first] })
 				if len(st.rows) == n && later {
 					break
 				}
@@ -122,7 +127,7 @@ func TestGroupWritesCandidateRowsInSteps(t *testing.T) {
 				case st = <-steps:
 				case <-deadline:
 					t.Fatalf("after a minute the Group has %d of %d candidate rows and leads %d namespaces, none past the first %d",
-						len(st.rows), n, len(st.leading), pace.FirstJoins)
+						len(st.rows), n, len(st.leading), first)
 				}
 			}
 		})

@@ -19,9 +19,9 @@
 // renewals then miss the trust window.
 //
 // A Group's first rounds write its candidate rows, one per namespace
-// joined: at most FirstJoins in a round at the start, twice as many after
-// each quick round, half as many (never fewer than FirstJoins) after a
-// slow one. A fleet of many namespaces that starts together writes its
+// joined: at most a first number in a round at the start (New's; the
+// database's dialect chooses it), twice as many after each quick round,
+// half as many (never fewer than the first) after a slow one. A fleet of many namespaces that starts together writes its
 // rows over a few rounds, each quick enough to renew in, rather than each
 // process writing every row in its first round, a round that outlasts the
 // trust window when many start at once, fails and is sent again.
@@ -42,23 +42,22 @@ const Max = 1 << 16
 // after a slow round.
 const FirstBatch = 128
 
-// FirstJoins is the most candidate rows a Group's round writes at the
-// start.
-const FirstJoins = 1024
-
 // Budget is the attempts allowed per round interval (a batch take counts
 // one) and those spent since the last round, the seats a batch may take,
 // and the candidate rows the next round may write.
 type Budget struct {
 	allowed, used int
 	batch, took   int // seats per round for batch takes, and taken since the last round
-	joins         int // candidate rows the next round may write
+	joins, first  int // candidate rows the next round may write, and at the start
 }
 
 // New returns a healthy budget, Max attempts, whose batches begin at
-// FirstBatch seats and whose rounds write FirstJoins candidate rows at
-// first.
-func New() Budget { return Budget{allowed: Max, batch: FirstBatch, joins: FirstJoins} }
+// FirstBatch seats and whose rounds write firstJoins candidate rows at
+// first (at least one).
+func New(firstJoins int) Budget {
+	firstJoins = max(firstJoins, 1)
+	return Budget{allowed: Max, batch: FirstBatch, joins: firstJoins, first: firstJoins}
+}
 
 // Round updates the budget after a round, slow or not. It reports whether
 // a slow round has just begun the shedding (attempts were allowed before
@@ -69,7 +68,7 @@ func (b *Budget) Round(slow bool) (began bool) {
 	case slow:
 		began = b.allowed > 0
 		b.allowed, b.batch = 0, FirstBatch
-		b.joins = max(b.joins/2, FirstJoins)
+		b.joins = max(b.joins/2, b.first)
 		return began
 	case b.allowed == 0:
 		b.allowed = 1

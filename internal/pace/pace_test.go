@@ -6,7 +6,7 @@ import "testing"
 // allows one; each quick round doubles the budget up to Max, a failed
 // attempt halves it, and the attempts spent count per round.
 func TestBudget(t *testing.T) {
-	b := New()
+	b := New(firstJoins)
 	if !b.Quick() || !b.Spend() {
 		t.Fatal("a new budget allows attempts")
 	}
@@ -54,7 +54,7 @@ func TestBudget(t *testing.T) {
 // (not below FirstBatch) after a failure, and the seats taken count until
 // the next round.
 func TestBatch(t *testing.T) {
-	b := New()
+	b := New(firstJoins)
 	if got := b.Batch(); got != FirstBatch {
 		t.Fatalf("a new budget's batch is %d seats, want %d", got, FirstBatch)
 	}
@@ -95,32 +95,35 @@ func TestBatch(t *testing.T) {
 	}
 }
 
+// firstJoins is the first rows' number the tests give New.
+const firstJoins = 1024
+
 func TestJoins(t *testing.T) {
-	b := New()
-	if got := b.Joins(); got != FirstJoins {
-		t.Fatalf("a new budget's round writes %d candidate rows, want %d", got, FirstJoins)
+	b := New(firstJoins)
+	if got := b.Joins(); got != firstJoins {
+		t.Fatalf("a new budget's round writes %d candidate rows, want %d", got, firstJoins)
 	}
 	b.Round(false)
 	b.Round(false)
-	if got := b.Joins(); got != 4*FirstJoins {
-		t.Fatalf("%d rows after two quick rounds, want %d", got, 4*FirstJoins)
+	if got := b.Joins(); got != 4*firstJoins {
+		t.Fatalf("%d rows after two quick rounds, want %d", got, 4*firstJoins)
 	}
 	b.Failed() // an attempt's failure leaves the rows alone
-	if got := b.Joins(); got != 4*FirstJoins {
-		t.Fatalf("%d rows after a failed attempt, want %d", got, 4*FirstJoins)
+	if got := b.Joins(); got != 4*firstJoins {
+		t.Fatalf("%d rows after a failed attempt, want %d", got, 4*firstJoins)
 	}
 	b.Round(true)
-	if got := b.Joins(); got != 2*FirstJoins {
-		t.Fatalf("%d rows after a slow round, want half, %d", got, 2*FirstJoins)
+	if got := b.Joins(); got != 2*firstJoins {
+		t.Fatalf("%d rows after a slow round, want half, %d", got, 2*firstJoins)
 	}
 	b.Round(true)
 	b.Round(true)
-	if got := b.Joins(); got != FirstJoins {
-		t.Fatalf("%d rows after three slow rounds, want at least %d", got, FirstJoins)
+	if got := b.Joins(); got != firstJoins {
+		t.Fatalf("%d rows after three slow rounds, want at least %d", got, firstJoins)
 	}
 	b.Round(false) // the first quick round after slow ones
-	if got := b.Joins(); got != 2*FirstJoins {
-		t.Fatalf("%d rows after a quick round, want %d", got, 2*FirstJoins)
+	if got := b.Joins(); got != 2*firstJoins {
+		t.Fatalf("%d rows after a quick round, want %d", got, 2*firstJoins)
 	}
 	for range 40 {
 		b.Round(false)
