@@ -403,16 +403,11 @@ func (m *machine) observeLocked(l Lease) {
 // remaining time by the database clock, counted on the local clock
 // (Election.seatEnds). When that comes before the next poll, it asks its
 // driver to try then (plus edgeMargin): a crashed leader is replaced one
-// lease after its last renewal, not at the next poll after that.
-//
-// The first try counts from the time the reading was sent, so it comes
-// as early as the lease's end allows; but it comes before that end when
-// the reading took longer to reach the database's clock than the try's
-// own statement does (a busy host, a network's jitter). A try that finds
-// the lease still live arms the second, counted from the time its answer
-// came, which is never before the lease's end. No more than edgeTries per
-// lease, so that a seat still held at its edge (renewed, or not yet
-// expired by the database clock, which decides) cannot make it spin.
+// lease after its last renewal, not at the next poll after that. The
+// first try counts from the reading's sending, the second from its answer
+// (edgeTries says why), and there are no more, so that a seat still held
+// at its edge (renewed, or not yet expired by the database clock, which
+// decides) cannot make it spin.
 func (m *machine) edgeLocked(l Lease, now time.Time) {
 	if m.cur != nil || m.closed || l.Vacant() || l.Leader == m.id {
 		return

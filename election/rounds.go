@@ -138,10 +138,13 @@ func wakeCause(src handoff.Source) roundCause {
 // answer came (machine.edgeLocked).
 const edgeMargin = time.Millisecond
 
-// edgeTries is how many tries a follower makes at the end of one lease: a
-// second one, at the remaining time the first read counted from the time
-// its answer came, when the first came before the database's end of the
-// lease (machine.edgeLocked).
+// edgeTries is how many tries a follower makes at the end of one lease
+// (machine.edgeLocked). The first counts the remaining time from when the
+// reading was sent, so it comes as early as the lease's end allows, but
+// before it when the reading took longer to reach the database's clock
+// than the try's own statement does (a busy host, a network's jitter).
+// A first try that finds the lease still live arms the second, counted
+// from when its own reading's answer came: never before the lease's end.
 const edgeTries = 2
 
 // driverLoop is what the round loop asks of a driver (an Elector, a
