@@ -168,6 +168,7 @@ type Group struct {
 	warm     time.Time       // with Balance: until then the Group takes at most one seat (shareLocked); set by the first round
 	beat     time.Time       // the start of the last round that succeeded, so refreshed the member row before it returned
 	queue    []*member       // free seats of the last round, to try in order
+	scratch  roundScratch    // the round loop's own, outside g.box
 }
 
 // member is the Group in one namespace: the machine, and what the Group

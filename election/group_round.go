@@ -45,6 +45,19 @@ type heldSeat struct {
 	term int64       // a reclaim's term
 }
 
+// roundScratch holds the slices and map a round builds, emptied and kept
+// for the next (fullRound, the only user: rounds run one at a time). At
+// 40,000 namespaces, building them anew every round cost about a tenth
+// of a Group's CPU, most of it in the garbage collector
+// (docs/performance.md).
+type roundScratch struct {
+	joined, read, join, free []string
+	leases                   []dialect.HeldLease
+	held                     []heldSeat
+	members, joining         []*member
+	heldBy                   map[*member]heldSeat
+}
+
 // sampleSize is how many namespaces a Balance round counts the live
 // candidates of: the Groups of a fleet that join the same namespaces
 // sample the same ones (the first, sorted), and a few guard against one
@@ -79,12 +92,22 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	total := 0
 	in := dialect.RoundIn{Member: g.id, Hostname: g.base.identity.Hostname, PID: g.base.identity.PID, Label: g.base.identity.Label,
 		Expire: g.base.expire, Horizon: g.t.interval, Lapsed: g.base.expire}
+	sc := &g.scratch
+	in.Joined, in.Held, in.Read, in.Join = sc.joined[:0], sc.leases[:0], sc.read[:0], sc.join[:0]
 	var (
-		held    []heldSeat
-		free    []string  // read when the budget allows (someOf)
-		members []*member // in the round, in namespace order
-		joining []*member // their candidate rows written by it
+		held    = sc.held[:0]
+		free    = sc.free[:0]    // read when the budget allows (someOf)
+		members = sc.members[:0] // in the round, in namespace order
+		joining = sc.joining[:0] // their candidate rows written by it
 	)
+	defer func() {
+		clear(members)
+		clear(joining)
+		clear(held)
+		clear(sc.heldBy)
+		*sc = roundScratch{joined: in.Joined[:0], leases: in.Held[:0], read: in.Read[:0], join: in.Join[:0],
+			held: held[:0], free: free[:0], members: members[:0], joining: joining[:0], heldBy: sc.heldBy}
+	}()
 	g.rounds++
 	stamp, beat := g.rounds, g.beat
 	// The first namespaces in order whose candidate rows are not written
@@ -95,7 +118,6 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	budget := g.pace.Joins()
 	joins, reclaims := budget, 0
 	sorted := g.sortedLocked()
-	in.Joined, members = make([]string, 0, len(sorted)), make([]*member, 0, len(sorted))
 	for _, mem := range sorted {
 		if mem.leaving {
 			continue
@@ -231,7 +253,10 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 		mem.written = true
 		mem.m.e.rowsKept.Store(true)
 	}
-	heldBy := make(map[*member]heldSeat, len(held))
+	if sc.heldBy == nil {
+		sc.heldBy = map[*member]heldSeat{}
+	}
+	heldBy := sc.heldBy
 	for _, h := range held {
 		heldBy[h.mem] = h
 	}
