@@ -117,6 +117,11 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	// are never left out.
 	budget := g.pace.Joins()
 	joins, reclaims := budget, 0
+	// After rounds that failed for longer than the range's window (an
+	// expiry window), a seat last read as another's live lease may have
+	// lapsed unseen by then, and only a reading by key finds it: every
+	// seat the Group does not lead is read again (reread), in steps.
+	gapped := !beat.IsZero() && start.Sub(beat) > g.base.expire
 	sorted := g.sortedLocked()
 	for _, mem := range sorted {
 		if mem.leaving {
@@ -139,6 +144,9 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 		if !mem.written {
 			in.Join = append(in.Join, mem.ns)
 			joining = append(joining, mem)
+		}
+		if gapped && mem.m.cur == nil {
+			mem.reread = true
 		}
 		term, reclaim := int64(0), false
 		if mem.m.cur == nil {
