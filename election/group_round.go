@@ -121,7 +121,7 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	// expiry window), a seat last read as another's live lease may have
 	// lapsed unseen by then, and only a reading by key finds it: every
 	// seat the Group does not lead is read again (reread), in steps.
-	gapped := !beat.IsZero() && start.Sub(beat) > g.base.expire
+	gapped := silentFor(beat, start, g.base.expire)
 	sorted := g.sortedLocked()
 	for _, mem := range sorted {
 		if mem.leaving {
@@ -213,8 +213,9 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	// Those still there are not written again (lapsedRows). The first
 	// round of a Group (beat zero) finds no member row on PostgreSQL:
 	// nothing lapsed.
-	took, gap := g.clk.Now().Sub(start), g.clk.Now().Sub(beat)
-	lapsed := err == nil && !beat.IsZero() && (out.Lapsed || gap > g.base.expire)
+	now := g.clk.Now()
+	took, gap := now.Sub(start), now.Sub(beat)
+	lapsed := err == nil && !beat.IsZero() && (out.Lapsed || silentFor(beat, now, g.base.expire))
 	var kept map[string]bool
 	if lapsed {
 		kept = g.lapsedRows(ctx)
@@ -222,7 +223,7 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	g.box.lock()
 	defer g.box.unlock()
 	g.paceLocked(took, err)
-	if gap := g.clk.Now().Sub(g.beat); err != nil || !g.beat.IsZero() && gap > g.base.expire-g.t.interval {
+	if err != nil || silentFor(g.beat, g.clk.Now(), g.base.expire-g.t.interval) {
 		// This round failed, or rounds did for so long that another
 		// member kept from the database as long, whose last refresh came
 		// up to an interval before this Group's, has lapsed with no
@@ -574,4 +575,11 @@ func (g *Group) unregister(ctx context.Context, nss []string) {
 	if err != nil {
 		g.log.Warn("election: unregistering on shutdown failed; the rows expire by themselves", "err", err)
 	}
+}
+
+// silentFor reports whether the Group's rounds have not succeeded for
+// longer than window at at, the last that did having begun at beat (zero:
+// none has yet, and nothing can have lapsed).
+func silentFor(beat, at time.Time, window time.Duration) bool {
+	return !beat.IsZero() && at.Sub(beat) > window
 }
