@@ -3,6 +3,7 @@ package election
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -67,11 +68,9 @@ func TestGroupShareHeldAfterItsRoundsFailed(t *testing.T) {
 		b := newStallable(t, ctx, db, nss, expire)
 		waitFor := func(within time.Duration, what string, ok func() bool) {
 			t.Helper()
-			for deadline := time.Now().Add(within); !ok(); time.Sleep(5 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatalf("after %v: not %s (a leads %d, b %d)", within, what, len(a.g.Leading()), len(b.g.Leading()))
-				}
-			}
+			waitUntil(t, within, what, ok, func() string {
+				return fmt.Sprintf("a leads %d, b %d", len(a.g.Leading()), len(b.g.Leading()))
+			})
 		}
 		waitFor(20*time.Second, "settled at four each", func() bool {
 			return len(a.g.Leading()) == m/2 && len(b.g.Leading()) == m/2
@@ -125,28 +124,35 @@ func TestGroupFindsASeatThatLapsedWhileItsRoundsFailed(t *testing.T) {
 		ctx := electorCtx(t)
 		const expire = 2 * time.Second
 		ns := testdb.Namespace(t)
-		until := func(within time.Duration, what string, ok func() bool) {
-			t.Helper()
-			for deadline := time.Now().Add(within); !ok(); time.Sleep(5 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatalf("after %v: not %s", within, what)
-				}
-			}
-		}
 		b := newStallable(t, ctx, db, []string{ns}, expire)
-		until(10*time.Second, "b leads", func() bool { return b.g.IsLeader(ns) })
+		waitUntil(t, 10*time.Second, "b leads", func() bool { return b.g.IsLeader(ns) })
 		a := newStallable(t, ctx, db, []string{ns}, expire)
-		until(10*time.Second, "a read b's lease", func() bool { return a.g.Observed(ns).Leader == b.g.ID() })
+		waitUntil(t, 10*time.Second, "a read b's lease", func() bool { return a.g.Observed(ns).Leader == b.g.ID() })
 
 		a.stalled.Store(true)
 		b.stalled.Store(true)
-		until(2*expire, "b stepped down", func() bool { return !b.g.IsLeader(ns) })
+		waitUntil(t, 2*expire, "b stepped down", func() bool { return !b.g.IsLeader(ns) })
 		// b's lease ends at most the margin after its step-down: lapsed
 		// for longer than a window once a is back.
 		time.Sleep(expire + expire/2)
 
 		a.stalled.Store(false)
 		a.g.kickRound()
-		until(3*expire, "a leads the seat b's lease left", func() bool { return a.g.IsLeader(ns) })
+		waitUntil(t, 3*expire, "a leads the seat b's lease left", func() bool { return a.g.IsLeader(ns) })
 	})
+}
+
+// waitUntil polls ok until it holds, failing t after within with what was
+// awaited and, when given, the state then.
+func waitUntil(t *testing.T, within time.Duration, what string, ok func() bool, state ...func() string) {
+	t.Helper()
+	for deadline := time.Now().Add(within); !ok(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			var detail string
+			for _, f := range state {
+				detail += " (" + f() + ")"
+			}
+			t.Fatalf("after %v: not %s%s", within, what, detail)
+		}
+	}
 }
