@@ -2,6 +2,9 @@ package election_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,17 +15,55 @@ import (
 	"github.com/sqlelect/sqlelect/internal/testdb"
 )
 
-// snapshotObserver takes a round-trip count after each renewal round.
+// snapshotObserver takes a round-trip count after each renewal round, with
+// what was sent and reported since the last one, for the failure message.
 type snapshotObserver struct {
 	election.NopObserver
 	c     *rtcount.Counter
-	snaps chan rtcount.Counts
+	snaps chan renewalSnap
+
+	mu     sync.Mutex
+	seen   []string // statements sent and rounds reported since the last renewal
+	rounds int
+	pruned bool
+}
+
+type renewalSnap struct {
+	n      rtcount.Counts
+	seen   []string
+	rounds int  // rounds reported since the renewal before, this one included
+	pruned bool // a prune ran since the renewal before
+}
+
+// clean reports whether the renewal was all that happened since the one
+// before.
+func (s renewalSnap) clean() bool { return s.rounds == 1 && !s.pruned }
+
+// sent records a statement the pool sent (rtcount.Counter.Observe).
+func (o *snapshotObserver) sent(k rtcount.Kind, q string) {
+	q = strings.Join(strings.Fields(q), " ")
+	if len(q) > 60 {
+		q = q[:60] + "..."
+	}
+	o.mu.Lock()
+	o.seen = append(o.seen, fmt.Sprintf("sent %v %q", k, q))
+	o.pruned = o.pruned || strings.HasPrefix(q, "DELETE FROM election_history")
+	o.mu.Unlock()
 }
 
 func (o *snapshotObserver) Attempt(a election.Attempt) {
+	o.mu.Lock()
+	o.seen = append(o.seen, fmt.Sprintf("round %s in %v (term %d, err %v)", a.Outcome, a.Duration, a.Lease.Term, a.Err))
+	o.rounds++
+	snap := renewalSnap{seen: o.seen, rounds: o.rounds, pruned: o.pruned}
 	if a.Outcome == election.OutcomeRenewed {
+		o.seen, o.rounds, o.pruned = nil, 0, false
+	}
+	o.mu.Unlock()
+	if a.Outcome == election.OutcomeRenewed {
+		snap.n = o.c.Snapshot()
 		select {
-		case o.snaps <- o.c.Snapshot():
+		case o.snaps <- snap:
 		default:
 		}
 	}
@@ -31,15 +72,24 @@ func (o *snapshotObserver) Attempt(a election.Attempt) {
 // TestRoundTripRenewalWithObserver: with an Observer set, an Elector's
 // renewal rounds make no more round trips than Elect's renewal budget: the
 // Observer is told what the round learnt, and never reads the database.
-// The leader renews every third of its 900 ms expiry window and prunes on
-// its first renewal and then every five windows, after the renewals
-// counted here.
+// The leader renews every third of its 900 ms expiry window. What is
+// counted is the round trips from one renewal to the next when nothing
+// else happened between: no other round was reported and no prune ran
+// (the first comes at least five windows after the first renewal). On a
+// busy machine, once in CI behind PgBouncer, three round trips came
+// between two renewals, and what else ran then was not recorded; a
+// failure now prints the statements sent and the rounds reported. Four such
+// intervals must keep the budget exactly; an interval with anything else
+// is logged and skipped, and the test fails when fewer than four of
+// twenty are clean. An extra statement on the renewal path, or one the
+// Observer's reporting sends, is in every interval.
 func TestRoundTripRenewalWithObserver(t *testing.T) {
 	for _, tg := range testdb.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
-			db, c := openCounted(t, tg)
+			obs := &snapshotObserver{snaps: make(chan renewalSnap, 1000)}
+			obs.c = &rtcount.Counter{Observe: obs.sent}
+			db, _ := openCountedWith(t, tg, obs.c)
 			want := renewRoundTrips.of(t, tg, db)
-			obs := &snapshotObserver{c: c, snaps: make(chan rtcount.Counts, 1000)}
 			e := mustElection(t, db, testdb.Namespace(t), election.WithObserver(obs), election.WithExpire(900*time.Millisecond))
 			el, err := e.NewElector(uuid.New(), election.ElectorConfig{Interval: 20 * time.Millisecond})
 			if err != nil {
@@ -54,23 +104,32 @@ func TestRoundTripRenewalWithObserver(t *testing.T) {
 					t.Error(err)
 				}
 			}()
-			next := func() rtcount.Counts {
+			next := func() renewalSnap {
 				select {
 				case s := <-obs.snaps:
 					return s
 				case <-time.After(30 * time.Second):
 					t.Fatal("no renewal round")
-					return rtcount.Counts{}
+					return renewalSnap{}
 				}
 			}
-			next() // the first renewal also prunes expired candidates
-			prev := next()
-			for i := 0; i < 4; i++ {
+			prev, clean := next(), 0
+			for i := 0; i < 20 && clean < 4; i++ {
 				s := next()
-				if n := s.Sub(prev); n.Total() != want {
-					t.Errorf("renewal round with an Observer made %d round trips (%v), want %d", n.Total(), n, want)
-				}
+				n := s.n.Sub(prev.n)
 				prev = s
+				if !s.clean() {
+					t.Logf("skipped: an interval with more than the renewal (%d round trips):\n%s", n.Total(), strings.Join(s.seen, "\n"))
+					continue
+				}
+				clean++
+				if n.Total() != want {
+					t.Errorf("renewal round with an Observer made %d round trips (%v), want %d; since the renewal before:\n%s",
+						n.Total(), n, want, strings.Join(s.seen, "\n"))
+				}
+			}
+			if clean < 4 {
+				t.Fatalf("only %d of 20 intervals between renewals had nothing but the renewal", clean)
 			}
 		})
 	}
