@@ -22,17 +22,16 @@ type snapshotObserver struct {
 	c     *rtcount.Counter
 	snaps chan renewalSnap
 
-	mu     sync.Mutex
-	seen   []string // statements sent and rounds reported since the last renewal
-	rounds int
-	pruned bool
+	mu  sync.Mutex
+	cur renewalSnap // since the last renewal
 }
 
+// renewalSnap is what happened from one renewal to the next.
 type renewalSnap struct {
-	n      rtcount.Counts
-	seen   []string
-	rounds int  // rounds reported since the renewal before, this one included
-	pruned bool // a prune ran since the renewal before
+	n      rtcount.Counts // the count after it
+	seen   []string       // statements sent and rounds reported
+	rounds int            // rounds reported, this renewal included
+	pruned bool           // a prune ran
 }
 
 // clean reports whether the renewal was all that happened since the one
@@ -46,26 +45,25 @@ func (o *snapshotObserver) sent(k rtcount.Kind, q string) {
 		q = q[:60] + "..."
 	}
 	o.mu.Lock()
-	o.seen = append(o.seen, fmt.Sprintf("sent %v %q", k, q))
-	o.pruned = o.pruned || strings.HasPrefix(q, "DELETE FROM election_history")
+	o.cur.seen = append(o.cur.seen, fmt.Sprintf("sent %v %q", k, q))
+	o.cur.pruned = o.cur.pruned || strings.HasPrefix(q, "DELETE FROM election_history")
 	o.mu.Unlock()
 }
 
 func (o *snapshotObserver) Attempt(a election.Attempt) {
 	o.mu.Lock()
-	o.seen = append(o.seen, fmt.Sprintf("round %s in %v (term %d, err %v)", a.Outcome, a.Duration, a.Lease.Term, a.Err))
-	o.rounds++
-	snap := renewalSnap{seen: o.seen, rounds: o.rounds, pruned: o.pruned}
-	if a.Outcome == election.OutcomeRenewed {
-		o.seen, o.rounds, o.pruned = nil, 0, false
+	defer o.mu.Unlock()
+	o.cur.seen = append(o.cur.seen, fmt.Sprintf("round %s in %v (term %d, err %v)", a.Outcome, a.Duration, a.Lease.Term, a.Err))
+	o.cur.rounds++
+	if a.Outcome != election.OutcomeRenewed {
+		return
 	}
-	o.mu.Unlock()
-	if a.Outcome == election.OutcomeRenewed {
-		snap.n = o.c.Snapshot()
-		select {
-		case o.snaps <- snap:
-		default:
-		}
+	snap := o.cur
+	snap.n = o.c.Snapshot()
+	o.cur = renewalSnap{}
+	select {
+	case o.snaps <- snap:
+	default:
 	}
 }
 
