@@ -133,6 +133,11 @@ func (g *Group) nextQueued(n int) []*member {
 	for len(g.queue) > 0 && len(out) < n {
 		mem := g.queue[0]
 		// With Balance, the seats of the batch count toward the share.
+		// Seats beyond a batch that fills it (balanceLocked's spares)
+		// wait for its outcome: tried if some of it was lost.
+		if len(out) > 0 && !g.withinLocked(mem, true, len(out)) {
+			break
+		}
 		if !g.callableLocked(mem) || !mem.m.mayTryLocked(now) || !g.withinLocked(mem, true, len(out)) {
 			g.queue = g.queue[1:]
 			mem.queued, mem.overShare = false, false
@@ -331,7 +336,10 @@ func (g *Group) takeSeats(ctx context.Context, mems []*member, cause roundCause)
 // balanceLocked applies Balance after a round that found live candidates
 // in total namespaces: it hands over the surplus above the share, and
 // keeps of attempts (the free seats the round found) those the share has
-// room for. At the share, a free seat is left to the others for two
+// room for, first, then the rest as spares when it had room: tried at
+// once should others take some of the first (processes below their share
+// try the same few free seats at a cold start's end and after a crash),
+// not a round later (nextQueued). At the share, a free seat is left to the others for two
 // rounds, then taken, never above share+1: a Group the others leave much
 // free (shedding while the database is slow) must not take it all and
 // become the one whose renewals cannot keep up. The first round begins
@@ -362,8 +370,9 @@ func (g *Group) balanceLocked(start time.Time, total, live int, attempts []*memb
 	}
 	now := g.clk.Now()
 	room := g.shareLocked() - g.box.leading
+	below := room > 0
 	warming := now.Before(g.warm)
-	kept := attempts[:0]
+	kept, spares := attempts[:0], []*member(nil)
 	for _, mem := range attempts {
 		switch {
 		case !g.callableLocked(mem) || !mem.m.mayTryLocked(now):
@@ -380,9 +389,12 @@ func (g *Group) balanceLocked(start time.Time, total, live int, attempts []*memb
 			mem.freeRounds, mem.overShare = 0, true
 		default:
 			mem.freeRounds++
+			if below {
+				spares = append(spares, mem)
+			}
 		}
 	}
-	return kept
+	return append(kept, spares...)
 }
 
 // pickSurplus chooses the n namespaces to hand over: those led longest;

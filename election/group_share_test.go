@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"gorm.io/gorm"
 
+	"github.com/sqlelect/sqlelect/internal/pace"
 	"github.com/sqlelect/sqlelect/internal/testdb"
 )
 
@@ -154,5 +156,76 @@ func waitUntil(t *testing.T, within time.Duration, what string, ok func() bool, 
 			}
 			t.Fatalf("after %v: not %s%s", within, what, detail)
 		}
+	}
+}
+
+// TestGroupSparesTriedWhenTheBatchIsLost: a balanced Group below its share
+// queues the free seats beyond its room as spares behind the batch that
+// fills it. Should others take the batch's seats first (processes below
+// their share try the same few free seats at a cold start's end and after
+// a crash), the spares are tried at once, not a round later; once the
+// share is reached, they are dropped, never taken above it. Driven by
+// hand, without Run: balanceLocked, then nextQueued.
+func TestGroupSparesTriedWhenTheBatchIsLost(t *testing.T) {
+	db := testdb.Open(t, testdb.Target{Name: "sqlite"})
+	ctx := electorCtx(t)
+	var nss []string
+	for range 6 {
+		nss = append(nss, testdb.Namespace(t))
+	}
+	g, err := NewGroup(ctx, db, uuid.New(), GroupConfig{Namespaces: nss, Balance: true}, WithLogger(silent))
+	if err != nil {
+		t.Fatalf("NewGroup: %v", err)
+	}
+	other := uuid.New()
+	g.box.lock()
+	g.running = true
+	now := g.clk.Now()
+	g.warm = now.Add(-time.Second)
+	// Six free seats, three live members: a share of two.
+	g.setQueueLocked(g.balanceLocked(now, len(nss), 3, slices.Clone(g.sortedLocked())))
+	share := g.share
+	g.box.unlock()
+	if share != 2 {
+		t.Fatalf("share %d, want 2", share)
+	}
+	tried := map[string]bool{}
+	for batch := range 3 {
+		mems := g.nextQueued(pace.Max)
+		if len(mems) != share {
+			t.Fatalf("batch %d: %d seats tried, want %d (the spares after the seats lost before)", batch, len(mems), share)
+		}
+		g.box.lock()
+		for _, mem := range mems {
+			if tried[mem.ns] {
+				t.Fatalf("batch %d: %s tried again", batch, mem.ns)
+			}
+			tried[mem.ns] = true
+			// Taken by another since the round read it.
+			g.attemptedLocked(mem, result{start: now, observe: true,
+				lease: Lease{Namespace: mem.ns, Leader: other, Term: 1, ExpiresAt: now.Add(time.Minute)}})
+		}
+		g.box.unlock()
+	}
+	if mems := g.nextQueued(pace.Max); len(mems) != 0 {
+		t.Fatalf("%d more seats tried after all six", len(mems))
+	}
+
+	// At the share, the spares are dropped.
+	g.box.lock()
+	g.setQueueLocked(g.balanceLocked(now, len(nss), 3, slices.Clone(g.sortedLocked())))
+	before := len(g.queue)
+	g.box.leading = share
+	g.box.unlock()
+	if before != len(nss) {
+		t.Fatalf("%d seats queued, want all %d (two, then four spares)", before, len(nss))
+	}
+	mems := g.nextQueued(pace.Max)
+	g.box.lock()
+	queued := len(g.queue)
+	g.box.leading, g.running = 0, false
+	g.box.unlock()
+	if len(mems) != 0 || queued != 0 {
+		t.Fatalf("at the share: %d seats tried, %d left queued; want none", len(mems), queued)
 	}
 }
