@@ -193,8 +193,9 @@ func (m *machine) mayTryLocked(now time.Time) bool {
 // failed or whose grant came too late to trust.
 func (m *machine) settleLocked(r result) (started bool, err error) {
 	now := m.clk.Now()
+	superseded := false // answered too late to act on
 	defer func() {
-		m.reportLocked(r, now, started, err)
+		m.reportLocked(r, now, started, superseded, err)
 		if m.settled != nil {
 			m.settled(r, started, err)
 		}
@@ -203,9 +204,11 @@ func (m *machine) settleLocked(r result) (started bool, err error) {
 	case r.err != nil:
 		return false, r.err
 	case r.held != nil && m.cur != r.held:
-		return false, nil // the leadership it renewed ended while it ran
+		superseded = true // the leadership it renewed ended while it ran
+		return false, nil
 	case r.held == nil && m.cur != nil && !r.observe:
-		return false, nil // it began before the leadership, and its reading predates it
+		superseded = true // it began before the leadership, and its reading predates it
+		return false, nil
 	}
 	m.observeLocked(r.lease)
 	if r.observe || !r.lease.HeldBy(m.id) {
@@ -244,7 +247,7 @@ func (m *machine) settleLocked(r result) (started bool, err error) {
 		m.stopLocked(whyNewTerm, now)
 	}
 	if m.closed || m.giving > 0 {
-		m.stray = true
+		m.stray, superseded = true, true
 		return false, nil
 	}
 	m.startLocked(r.lease, trusted, now, r.cause)
@@ -445,20 +448,6 @@ func (m *machine) stopEdgeLocked() {
 // holder, term and expiry.
 func sameLease(a, b Lease) bool {
 	return a.Leader == b.Leader && a.Term == b.Term && a.ExpiresAt.Equal(b.ExpiresAt)
-}
-
-// reportLocked tells the observer of a call's outcome.
-func (m *machine) reportLocked(r result, now time.Time, started bool, err error) {
-	o := m.e.observer
-	if o == nil {
-		return
-	}
-	l := r.lease
-	if r.observe && l.HeldBy(m.id) {
-		l.Leader, l.Term = uuid.Nil, 0 // seen, not renewed
-	}
-	a := newAttempt(m.e.namespace, m.id, now.Sub(r.start), l, started, err)
-	m.box.note(func() { o.Attempt(a) })
 }
 
 // shedLocked reports a try its driver shed: the database is too slow for

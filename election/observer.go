@@ -87,6 +87,14 @@ const (
 	OutcomeFollower Outcome = "follower"
 	// OutcomeError: the round failed; Attempt.Err says why.
 	OutcomeError Outcome = "error"
+	// OutcomeSuperseded: the round's answer came too late to act on,
+	// and the candidate does not lead by it: the leadership it renewed
+	// ended while it ran (the trust window ran out, Resign, a handover),
+	// it granted a term while the candidate was resigning or stopping
+	// (that term is vacated at once), or, in a Group, an attempt began
+	// leading the namespace while the round ran. Lease is what the round
+	// wrote or read.
+	OutcomeSuperseded Outcome = "superseded"
 	// OutcomeShed: a Group found the seat free and did not try it: its
 	// rounds were slow (the database overloaded), and attempts on seats
 	// are shed before renewals are. It tries again once its rounds are
@@ -248,13 +256,30 @@ func ErrorClass(err error) string {
 	return ClassOther
 }
 
+// reportLocked tells the observer of a call's outcome.
+func (m *machine) reportLocked(r result, now time.Time, started, superseded bool, err error) {
+	o := m.e.observer
+	if o == nil {
+		return
+	}
+	l := r.lease
+	if r.observe && l.HeldBy(m.id) {
+		l.Leader, l.Term = uuid.Nil, 0 // seen, not renewed
+	}
+	a := newAttempt(m.e.namespace, m.id, now.Sub(r.start), l, started, superseded, err)
+	m.box.note(func() { o.Attempt(a) })
+}
+
 // newAttempt is the report of a round of candidate id in namespace ns that
-// took d and left it with lease l (started: a new leadership) or err.
-func newAttempt(ns string, id uuid.UUID, d time.Duration, l Lease, started bool, err error) Attempt {
+// took d and left it with lease l (started: a new leadership; superseded:
+// an answer not acted on) or err.
+func newAttempt(ns string, id uuid.UUID, d time.Duration, l Lease, started, superseded bool, err error) Attempt {
 	a := Attempt{Namespace: ns, Candidate: id, Duration: d, Lease: l}
 	switch {
 	case err != nil:
 		a.Outcome, a.Err, a.ErrorClass, a.Lease = OutcomeError, err, ErrorClass(err), Lease{}
+	case superseded:
+		a.Outcome = OutcomeSuperseded
 	case started:
 		a.Outcome = OutcomeLed
 	case l.HeldBy(id):

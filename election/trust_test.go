@@ -80,3 +80,51 @@ func TestTrustWindowEdges(t *testing.T) {
 		}
 	}
 }
+
+// TestRenewalAnsweredAfterTrustEnded: a renewal whose leadership ended
+// while it ran (here the trust window ran out, as it does when a round is
+// slow) is reported as OutcomeSuperseded, with the lease it wrote, not as
+// a renewal; the candidate does not lead by it. On every database.
+func TestRenewalAnsweredAfterTrustEnded(t *testing.T) {
+	const expire, margin = 40 * time.Second, 10 * time.Second
+	for _, tg := range testdb.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			db := testdb.Open(t, tg)
+			obs := &recObserver{}
+			e := newTestElection(t, db, testdb.Namespace(t), expire, WithObserver(obs))
+			el, err := e.NewElector(uuid.New(), ElectorConfig{SafetyMargin: margin})
+			if err != nil {
+				t.Fatal(err)
+			}
+			clock := newFakeClock()
+			el.useClock(clock)
+			ctx := context.Background()
+			if err := el.round(ctx, causeTick); err != nil || !el.IsLeader() {
+				t.Fatalf("first round: err %v, leading %v; want leading", err, el.IsLeader())
+			}
+			led, _ := obs.events.wait(t, "the grant", 0, attemptOf(el.ID(), OutcomeLed))
+
+			// The trust window ends while the renewal is on its way.
+			el.hooks.call = func(context.Context) error {
+				clock.Advance(expire)
+				return nil
+			}
+			from := obs.events.len()
+			err = el.round(ctx, causeTick)
+			el.hooks.call = nil
+			if err != nil || el.IsLeader() {
+				t.Fatalf("renewal answered after the trust window: err %v, leading %v; want no error and not leading", err, el.IsLeader())
+			}
+			a, _ := obs.events.wait(t, "the late renewal's report", from, func(ev obsEvent) bool { return ev.kind == "attempt" })
+			if a.a.Outcome != OutcomeSuperseded || !a.a.Lease.HeldBy(el.ID()) || a.a.Lease.Term != led.a.Lease.Term {
+				t.Fatalf("late renewal reported as %q with lease %+v; want %q with the lease of term %d it wrote",
+					a.a.Outcome, a.a.Lease, OutcomeSuperseded, led.a.Lease.Term)
+			}
+			for _, ev := range obs.events.snapshot()[from:] {
+				if ev.kind == "attempt" && ev.a.Outcome == OutcomeRenewed {
+					t.Fatalf("a renewal reported after the leadership ended: %+v", ev.a)
+				}
+			}
+		})
+	}
+}

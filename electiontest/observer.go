@@ -62,9 +62,17 @@ func NewObserver(rec *Recorder, name string) *Observer {
 }
 
 // Attempt records the lease of a round or attempt that led or renewed,
-// and its release when no leadership of the candidate holds its term.
+// or that wrote the candidate's lease too late to lead by it
+// (OutcomeSuperseded), and its release when no leadership of the
+// candidate holds its term.
 func (o *Observer) Attempt(a election.Attempt) {
-	if a.Outcome != election.OutcomeLed && a.Outcome != election.OutcomeRenewed {
+	switch a.Outcome {
+	case election.OutcomeLed, election.OutcomeRenewed:
+	case election.OutcomeSuperseded:
+		if !a.Lease.HeldBy(a.Candidate) {
+			return
+		}
+	default:
 		return
 	}
 	o.rec.Observe(o.name, a.Lease)

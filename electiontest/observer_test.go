@@ -39,10 +39,10 @@ func TestObserver(t *testing.T) {
 		{"stepped down", func(bo *electiontest.Observer) {
 			bo.LeadershipStarted(started(t2))
 			bo.LeadershipStopped(stopped(t2, election.StopSteppedDown))
-			bo.Attempt(attempt(t2renewed, election.OutcomeRenewed)) // the late renewal
+			bo.Attempt(attempt(t2renewed, election.OutcomeSuperseded)) // the late renewal
 		}, false},
 		{"granted during a give-up, never led", func(bo *electiontest.Observer) {
-			bo.Attempt(attempt(t2renewed, election.OutcomeRenewed))
+			bo.Attempt(attempt(t2renewed, election.OutcomeSuperseded))
 		}, false},
 		{"lost", func(bo *electiontest.Observer) {
 			bo.LeadershipStarted(started(t2))

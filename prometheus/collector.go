@@ -13,7 +13,7 @@
 // The metrics (namespace is the election's namespace):
 //
 //	sqlelect_is_leader{namespace}                  gauge: 1 while an Elector of this process leads
-//	sqlelect_elections_total{namespace,outcome}    counter: election rounds by outcome (led, renewed, follower, error)
+//	sqlelect_elections_total{namespace,outcome}    counter: election rounds by outcome (led, renewed, follower, error, shed, superseded)
 //	sqlelect_leadership_changes_total{namespace}   counter: new terms (failovers and handoffs) this process saw
 //	sqlelect_leadership_stops_total{namespace,reason} counter: this process stopped leading (election.StopReasons: resigned, left, balanced, lost, vacated, stepped_down, shutdown)
 //	sqlelect_tenure_seconds{namespace}             gauge: how long this process has led; 0 when it does not
@@ -82,7 +82,7 @@ func NewCollector() *Collector {
 		isLeader: prom.NewGaugeVec(prom.GaugeOpts{Name: "sqlelect_is_leader",
 			Help: "1 while an Elector of this process leads the namespace, else 0."}, ns),
 		elections: prom.NewCounterVec(prom.CounterOpts{Name: "sqlelect_elections_total",
-			Help: "Election rounds of this process's Electors, by outcome: led (a new term), renewed, follower, error."},
+			Help: "Election rounds of this process's Electors, by outcome: led (a new term), renewed, follower, error, shed (a Group), superseded (an answer not acted on)."},
 			[]string{"namespace", "outcome"}),
 		changes: prom.NewCounterVec(prom.CounterOpts{Name: "sqlelect_leadership_changes_total",
 			Help: "New terms (failovers and handoffs) seen by this process, counted by term number, so terms between two rounds count too."}, ns),
@@ -139,7 +139,7 @@ func (c *Collector) initLocked(ns string) {
 	c.tenure.WithLabelValues(ns)
 	c.term.WithLabelValues(ns)
 	c.changes.WithLabelValues(ns)
-	for _, o := range []election.Outcome{election.OutcomeLed, election.OutcomeRenewed, election.OutcomeFollower, election.OutcomeError, election.OutcomeShed} {
+	for _, o := range []election.Outcome{election.OutcomeLed, election.OutcomeRenewed, election.OutcomeFollower, election.OutcomeError, election.OutcomeShed, election.OutcomeSuperseded} {
 		c.elections.WithLabelValues(ns, string(o))
 	}
 	for _, r := range election.StopReasons {
