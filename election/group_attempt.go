@@ -339,14 +339,14 @@ func (g *Group) takeSeats(ctx context.Context, mems []*member, cause roundCause)
 // room for, first, then the rest as spares when it had room: tried at
 // once should others take some of the first (processes below their share
 // try the same few free seats at a cold start's end and after a crash),
-// not a round later (nextQueued). At the share, a free seat is left to the others for two
-// rounds, then taken, never above share+1: a Group the others leave much
-// free (shedding while the database is slow) must not take it all and
-// become the one whose renewals cannot keep up. The first round begins
-// the warm-up, in which the Group takes one seat at most (the others
-// started with it are not counted yet): three quarters of an interval,
-// so that the next tick, jittered by at most a fifth, ends it. g.box is
-// held.
+// not a round later (nextQueued). At the share, a free seat is left to
+// the others for two rounds, then taken, never above share+1: a Group
+// the others leave much free (shedding while the database is slow) must
+// not take it all and become the one whose renewals cannot keep up. The
+// first round begins the warm-up, in which the Group takes one seat at
+// most (the others started with it are not counted yet): three quarters
+// of an interval, so that the next tick, jittered by at most a fifth,
+// ends it. g.box is held.
 func (g *Group) balanceLocked(start time.Time, total, live int, attempts []*member) []*member {
 	if live < g.live && g.clk.Now().Before(g.liveHold) {
 		// Fewer live members right after this Group's rounds failed: not
