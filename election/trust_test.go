@@ -7,9 +7,28 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"gorm.io/gorm"
 
 	"github.com/sqlelect/sqlelect/internal/testdb"
 )
+
+// The expiry window and safety margin of the Electors these tests drive
+// by hand on a stub clock: trusted for 30 s after each attempt's start.
+const trustExpire, trustMargin = 40 * time.Second, 10 * time.Second
+
+// newClockedElector returns an Elector on db with trustExpire and
+// trustMargin, whose rounds run on a stub clock it also returns.
+func newClockedElector(t *testing.T, db *gorm.DB, opts ...Option) (*Elector, *fakeClock) {
+	t.Helper()
+	e := newTestElection(t, db, testdb.Namespace(t), trustExpire, opts...)
+	el, err := e.NewElector(uuid.New(), ElectorConfig{SafetyMargin: trustMargin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := newFakeClock()
+	el.useClock(clock)
+	return el, clock
+}
 
 // TestTrustWindowEdges drives an Elector's rounds by hand on a stub clock:
 // it trusts its lease until exactly attempt start + Expire() - SafetyMargin
@@ -17,15 +36,8 @@ import (
 // attempt's start, and a renewal that returns at or after the end of its
 // window does not lead.
 func TestTrustWindowEdges(t *testing.T) {
-	const expire, margin = 40 * time.Second, 10 * time.Second
-	db := testdb.Open(t, testdb.Target{Name: "sqlite"})
-	e := newTestElection(t, db, testdb.Namespace(t), expire)
-	el, err := e.NewElector(uuid.New(), ElectorConfig{SafetyMargin: margin})
-	if err != nil {
-		t.Fatal(err)
-	}
-	clock := newFakeClock()
-	el.useClock(clock)
+	const expire, margin = trustExpire, trustMargin
+	el, clock := newClockedElector(t, testdb.Open(t, testdb.Target{Name: "sqlite"}))
 	ctx := context.Background()
 	round := func() error { return el.round(ctx, causeTick) }
 	leadsAt := func(at time.Time) bool {
@@ -86,18 +98,10 @@ func TestTrustWindowEdges(t *testing.T) {
 // slow) is reported as OutcomeSuperseded, with the lease it wrote, not as
 // a renewal; the candidate does not lead by it. On every database.
 func TestRenewalAnsweredAfterTrustEnded(t *testing.T) {
-	const expire, margin = 40 * time.Second, 10 * time.Second
 	for _, tg := range testdb.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
-			db := testdb.Open(t, tg)
 			obs := &recObserver{}
-			e := newTestElection(t, db, testdb.Namespace(t), expire, WithObserver(obs))
-			el, err := e.NewElector(uuid.New(), ElectorConfig{SafetyMargin: margin})
-			if err != nil {
-				t.Fatal(err)
-			}
-			clock := newFakeClock()
-			el.useClock(clock)
+			el, clock := newClockedElector(t, testdb.Open(t, tg), WithObserver(obs))
 			ctx := context.Background()
 			if err := el.round(ctx, causeTick); err != nil || !el.IsLeader() {
 				t.Fatalf("first round: err %v, leading %v; want leading", err, el.IsLeader())
@@ -106,11 +110,11 @@ func TestRenewalAnsweredAfterTrustEnded(t *testing.T) {
 
 			// The trust window ends while the renewal is on its way.
 			el.hooks.call = func(context.Context) error {
-				clock.Advance(expire)
+				clock.Advance(trustExpire)
 				return nil
 			}
 			from := obs.events.len()
-			err = el.round(ctx, causeTick)
+			err := el.round(ctx, causeTick)
 			el.hooks.call = nil
 			if err != nil || el.IsLeader() {
 				t.Fatalf("renewal answered after the trust window: err %v, leading %v; want no error and not leading", err, el.IsLeader())
