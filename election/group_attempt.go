@@ -135,10 +135,11 @@ func (g *Group) nextQueued(n int) []*member {
 		// With Balance, the seats of the batch count toward the share.
 		// Seats beyond a batch that fills it (balanceLocked's spares)
 		// wait for its outcome: tried if some of it was lost.
-		if len(out) > 0 && !g.withinLocked(mem, true, len(out)) {
+		within := g.withinLocked(mem, true, len(out))
+		if !within && len(out) > 0 {
 			break
 		}
-		if !g.callableLocked(mem) || !mem.m.mayTryLocked(now) || !g.withinLocked(mem, true, len(out)) {
+		if !within || !g.callableLocked(mem) || !mem.m.mayTryLocked(now) {
 			g.queue = g.queue[1:]
 			mem.queued, mem.overShare = false, false
 			continue
