@@ -182,8 +182,11 @@ func (f *Fleet) MaxLed() int {
 	return most
 }
 
+// ErrNotAllLed is WaitAllLed's error when the deadline came first.
+var ErrNotAllLed = errors.New("not every namespace led")
+
 // WaitAllLed waits until every namespace is led, polling every 5 ms, and
-// returns when that was; it gives up at deadline.
+// returns when that was; it gives up at deadline (ErrNotAllLed).
 func (f *Fleet) WaitAllLed(deadline time.Time) (time.Time, error) {
 	for {
 		if f.Led() >= f.m {
@@ -193,7 +196,7 @@ func (f *Fleet) WaitAllLed(deadline time.Time) (time.Time, error) {
 			return time.Time{}, err
 		}
 		if time.Now().After(deadline) {
-			return time.Time{}, fmt.Errorf("%d of %d namespaces led", f.Led(), f.m)
+			return time.Time{}, fmt.Errorf("%w: %d of %d namespaces led", ErrNotAllLed, f.Led(), f.m)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
