@@ -46,6 +46,9 @@ var (
 	whyVacated  = stopWhy{reason: StopVacated, detail: "the seat was vacated by another process", sitOut: true}
 	whyTrust    = stopWhy{reason: StopSteppedDown, detail: "trust window passed"}
 	whyLate     = stopWhy{reason: StopSteppedDown, detail: "the renewal returned after the trust window"}
+	// whyOverloaded: a Group's rounds answer too slowly to renew every
+	// seat it holds in time; it keeps fewer (carryLocked).
+	whyOverloaded = stopWhy{reason: StopOverloaded, detail: "the database answers rounds too slowly to renew every seat in time"}
 )
 
 // whyLost says why mine, a lease a call tried to renew and did not, is

@@ -167,6 +167,8 @@ type Group struct {
 	liveHold time.Time       // with Balance: until then a lower live count is not believed (fullRound)
 	warm     time.Time       // with Balance: until then the Group takes at most one seat (shareLocked); set by the first round
 	beat     time.Time       // the start of the last round that succeeded, so refreshed the member row before it returned
+	ranged   time.Time       // the start of the last round that succeeded and read the range of seats lapsing or freed lately
+	heavy    int             // answered rounds in a row slower than carryLocked allows; a failed round resets it
 	queue    []*member       // free seats of the last round, to try in order
 	scratch  roundScratch    // the round loop's own, outside g.box
 }

@@ -38,11 +38,14 @@ func (g *Group) callableLocked(mem *member) bool {
 	return g.running && !g.stopping && !mem.leaving && g.members[mem.ns] == mem && !mem.attempting && !mem.renewing
 }
 
-// withinLocked reports whether, with Balance, one more seat beside batch
-// already chosen keeps the Group within its share, or one above it when the
-// round allowed mem there (viaRound, mem.overShare); g.box is held.
+// withinLocked reports whether one more seat beside batch already chosen
+// keeps the Group within the seats its rounds can renew (carryLocked) and,
+// with Balance, within its share, or one above it when the round allowed
+// mem there (viaRound, mem.overShare); g.box is held.
 func (g *Group) withinLocked(mem *member, viaRound bool, batch int) bool {
 	switch n := g.box.leading + batch; {
+	case !g.pace.Carries(n + 1):
+		return false // above the seats the database can renew (carryLocked)
 	case !g.cfg.Balance:
 		return true
 	case viaRound && mem.overShare:
@@ -68,6 +71,11 @@ func (g *Group) shareLocked() int {
 // the trust window), sheds the attempts (internal/pace); g.box is held.
 func (g *Group) paceLocked(d time.Duration, err error) {
 	slow := err != nil || d > g.t.interval/4
+	if err == nil && d > g.t.trust()*3/8 {
+		g.heavy++
+	} else {
+		g.heavy = 0
+	}
 	if now := g.clk.Now(); slow && now.Before(g.warm) {
 		// A slow start (a fleet connecting at once): the warm-up lasts
 		// until the rounds are quick.
@@ -77,6 +85,74 @@ func (g *Group) paceLocked(d time.Duration, err error) {
 		g.log.Warn("election: the database is slow; shedding attempts on free seats, keeping the renewals",
 			"round", d.Round(time.Millisecond), "interval", g.t.interval, "err", err)
 	}
+}
+
+// carryLocked bounds the seats the Group keeps after a round that answered
+// in took, having renewed held seats (internal/pace: Heavy), to what a
+// round of a quarter of the trust window would renew. Rounds begin an
+// interval apart, or one right after the other when they take longer, so
+// a round that took more than three eighths of the window leaves the next
+// little time: two rounds of half the window in a row pass it, and the
+// Group would step down from every seat at once. It stops leading those
+// above the bound instead, the last taken first, without a statement:
+// their leases lapse, and are taken by whoever the database can renew them
+// for. Only the second such round in a row counts (paceLocked): the one
+// round a stall holds up answers late too, and its Group, whose database
+// is fine again, must take its seats back at once. Below three eighths (at
+// TTL 2 s, 600 ms) nothing changes: a round slowed by latency alone (400
+// ms more per round trip in the overload test) renews in time, and its
+// leader keeps every seat. g.box is held.
+func (g *Group) carryLocked(took time.Duration, held int) {
+	trust := g.t.trust()
+	if g.heavy < 2 || held == 0 {
+		return
+	}
+	bound, lowered := g.pace.Heavy(held, took, trust/4)
+	over := g.box.leading - bound
+	if !lowered || over <= 0 {
+		return
+	}
+	g.log.Warn("election: the database answers rounds too slowly to renew every seat in time; leading fewer until the rounds are quick",
+		"round", took.Round(time.Millisecond), "trust", trust, "kept", bound, "dropped", over)
+	now := g.clk.Now()
+	for _, mem := range g.pickLed(over, true) {
+		mem.m.stopLocked(whyOverloaded, now)
+		mem.m.sitOutLocked(now, g.base.expire, false)
+	}
+}
+
+// readsLocked is how many of the free seats (or those not read lately) a
+// round reads by key, of budget. In an overload (the seats kept bounded:
+// carryLocked), most seats are free, and every process would read
+// thousands in every round: twice the room at most, and none while the
+// attempts are shed, since none would be tried. g.box is held.
+func (g *Group) readsLocked(budget int) int {
+	switch bound := g.pace.Carry(); {
+	case bound == 0:
+		return budget
+	case !g.pace.Quick():
+		return 0
+	default:
+		return min(budget, 2*max(bound-g.box.leading, 1))
+	}
+}
+
+// withinCarryLocked keeps of a round's attempts as many as the bound on the
+// seats kept (carryLocked) has room for, and reports the others as shed;
+// g.box is held.
+func (g *Group) withinCarryLocked(start time.Time, attempts []*member) []*member {
+	bound := g.pace.Carry()
+	if bound == 0 {
+		return attempts
+	}
+	room := max(bound-g.box.leading, 0)
+	if len(attempts) <= room {
+		return attempts
+	}
+	for _, mem := range attempts[room:] {
+		mem.m.shedLocked(start)
+	}
+	return attempts[:room]
 }
 
 // attempter runs the attempts, one at a time, until ctx ends: a wake (the
@@ -365,7 +441,7 @@ func (g *Group) balanceLocked(start time.Time, total, live int, attempts []*memb
 	// No handover while the database is slow: a seat handed over costs
 	// its taking, and the shed attempts leave it unled.
 	if g.box.leading > g.share && g.pace.Quick() {
-		for _, mem := range g.pickSurplus(g.box.leading - g.share) {
+		for _, mem := range g.pickLed(g.box.leading-g.share, false) {
 			g.handOverLocked(mem)
 		}
 	}
@@ -398,16 +474,21 @@ func (g *Group) balanceLocked(start time.Time, total, live int, attempts []*memb
 	return append(kept, spares...)
 }
 
-// pickSurplus chooses the n namespaces to hand over: those led longest;
-// g.box is held.
-func (g *Group) pickSurplus(n int) []*member {
+// pickLed chooses n of the namespaces the Group leads: those led longest,
+// or with latest those taken last; g.box is held.
+func (g *Group) pickLed(n int, latest bool) []*member {
 	var led []*member
 	for _, mem := range g.members {
 		if mem.m.cur != nil && !mem.leaving {
 			led = append(led, mem)
 		}
 	}
-	slices.SortFunc(led, func(a, b *member) int { return a.m.cur.since.Compare(b.m.cur.since) })
+	slices.SortFunc(led, func(a, b *member) int {
+		if latest {
+			return b.m.cur.since.Compare(a.m.cur.since)
+		}
+		return a.m.cur.since.Compare(b.m.cur.since)
+	})
 	return led[:min(n, len(led))]
 }
 

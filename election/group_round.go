@@ -110,6 +110,11 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	}()
 	g.rounds++
 	stamp, beat := g.rounds, g.beat
+	// In an overload (carryLocked) a round that sheds the attempts reads
+	// no range of seats lapsing lately: it holds most seats then.
+	if ranging := g.pace.Quick() || g.pace.Carry() == 0; !ranging {
+		in.Horizon, in.Lapsed = 0, 0
+	}
 	// The first namespaces in order whose candidate rows are not written
 	// yet are written by this round, as many as the budget allows; the
 	// others are neither read nor tried until a later round writes theirs
@@ -117,11 +122,12 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	// are never left out.
 	budget := g.pace.Joins()
 	joins, reclaims := budget, 0
-	// After rounds that failed for longer than the range's window (an
-	// expiry window), a seat last read as another's live lease may have
-	// lapsed unseen by then, and only a reading by key finds it: every
-	// seat the Group does not lead is read again (reread), in steps.
-	gapped := silentFor(beat, start, g.base.expire)
+	// After rounds that failed, or read no range, for longer than the
+	// range's window (an expiry window), a seat last read as another's
+	// live lease may have lapsed unseen by then, and only a reading by key
+	// finds it: every seat the Group does not lead is read again
+	// (reread), in steps.
+	gapped := silentFor(g.ranged, start, g.base.expire)
 	sorted := g.sortedLocked()
 	for _, mem := range sorted {
 		if mem.leaving {
@@ -166,14 +172,16 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 			held = append(held, h)
 			in.Held = append(in.Held, dialect.HeldLease{Namespace: mem.ns, Term: h.term})
 			in.Read = append(in.Read, mem.ns)
-		case !mem.seen || mem.m.last.Vacant() || mem.reread:
-			// Never read, free when last read, or not tried at its lease's
+		case !mem.seen || mem.m.last.Vacant() || mem.reread || mem.m.last.Leader == g.id:
+			// Never read, free when last read, not tried at its lease's
 			// edge (a lapse older than the window is not found by the
-			// index any more).
+			// index any more), or a lease of the Group's it no longer
+			// leads (carryLocked): it lapses, perhaps while the Group
+			// has no room.
 			free = append(free, mem.ns)
 		}
 	}
-	in.Read = append(in.Read, someOf(free, budget)...)
+	in.Read = append(in.Read, someOf(free, g.readsLocked(budget))...)
 	g.box.unlock()
 	defer func() {
 		g.box.lock()
@@ -241,6 +249,9 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 		g.log.Warn("election: the seats read as renewed outnumber the rows the renewal changed; treating the leases as lost")
 	}
 	g.beat = start
+	if in.Horizon != 0 || g.ranged.IsZero() {
+		g.ranged = start
+	}
 	if lapsed {
 		// Written again, from the next round: those missing, or all when
 		// the reading of those kept failed.
@@ -316,6 +327,7 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 			attempts = append(attempts, mem)
 		}
 	}
+	g.carryLocked(took, len(held))
 	rand.Shuffle(len(attempts), func(i, j int) { attempts[i], attempts[j] = attempts[j], attempts[i] })
 	if g.cfg.Balance && out.Live > 0 {
 		attempts = g.balanceLocked(start, total, out.Live, attempts)
@@ -327,7 +339,7 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 		}
 		attempts = nil
 	}
-	g.setQueueLocked(attempts)
+	g.setQueueLocked(g.withinCarryLocked(start, attempts))
 	return nil
 }
 

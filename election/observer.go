@@ -147,11 +147,16 @@ const (
 	StopSteppedDown StopReason = "stepped_down"
 	// StopShutdown: Run's context ended.
 	StopShutdown StopReason = "shutdown"
+	// StopOverloaded: a Group's rounds answered too slowly for it to renew
+	// every seat it held before the trust window ends; it stopped leading
+	// the seats it took last, without a statement (their leases lapse),
+	// and takes seats again as its rounds become quick.
+	StopOverloaded StopReason = "overloaded"
 )
 
 // StopReasons lists every StopReason, for metrics that declare their label
 // values up front.
-var StopReasons = []StopReason{StopResigned, StopLeft, StopBalanced, StopLost, StopVacated, StopSteppedDown, StopShutdown}
+var StopReasons = []StopReason{StopResigned, StopLeft, StopBalanced, StopLost, StopVacated, StopSteppedDown, StopShutdown, StopOverloaded}
 
 // Leadership is the start or the end of a leadership of a namespace.
 type Leadership struct {

@@ -15,7 +15,7 @@
 //	sqlelect_is_leader{namespace}                  gauge: 1 while an Elector of this process leads
 //	sqlelect_elections_total{namespace,outcome}    counter: election rounds by outcome (led, renewed, follower, error, shed, superseded)
 //	sqlelect_leadership_changes_total{namespace}   counter: new terms (failovers and handoffs) this process saw
-//	sqlelect_leadership_stops_total{namespace,reason} counter: this process stopped leading (election.StopReasons: resigned, left, balanced, lost, vacated, stepped_down, shutdown)
+//	sqlelect_leadership_stops_total{namespace,reason} counter: this process stopped leading (election.StopReasons: resigned, left, balanced, lost, vacated, stepped_down, shutdown, overloaded)
 //	sqlelect_tenure_seconds{namespace}             gauge: how long this process has led; 0 when it does not
 //	sqlelect_term{namespace}                       gauge: the last term this process saw
 //	sqlelect_attempt_duration_seconds{namespace}   histogram: duration of election rounds

@@ -40,7 +40,8 @@ type RoundIn struct {
 	Expire time.Duration
 	// Horizon and Lapsed: a seat whose lease ends sooner than Horizon from
 	// now, or that became free (lapsed or vacated) less than Lapsed ago,
-	// is read.
+	// is read. Both zero: no seat is read by its lease's end (a Group in
+	// an overload, shedding its attempts).
 	Horizon, Lapsed time.Duration
 	// Joined are the namespaces the round is for, at least one. Only
 	// their count is sent (in the leading comment of PostgreSQL's and

@@ -26,6 +26,16 @@
 // process writing every row in its first round, a round that outlasts the
 // trust window when many start at once, fails and is sent again.
 //
+// Renewals are never shed, but a Group may hold more seats than the
+// database can renew in time: when a round that answered took so long
+// that the next renewal may miss the trust window (the caller judges:
+// three eighths of it), Heavy bounds the seats the Group keeps (Carry) in
+// proportion to the round's time, and the Group stops leading those
+// above the bound. From there the bound grows by a thirty-second with
+// each quick round, so a fleet too large for its database leads what the
+// database can renew, and reports the rest, rather than stepping down
+// from every seat at once and taking them all back again.
+//
 // A Budget is not safe for concurrent use: its owner's lock guards it.
 package pace
 
@@ -49,6 +59,7 @@ type Budget struct {
 	allowed, used int
 	batch, took   int // seats per round for batch takes, and taken since the last round
 	joins, first  int // candidate rows the next round may write, and at the start
+	carry         int // the most seats the Group keeps; 0: no bound
 }
 
 // New returns a healthy budget, Max attempts, whose batches begin at
@@ -72,13 +83,50 @@ func (b *Budget) Round(slow bool) (began bool) {
 		return began
 	case b.allowed == 0:
 		b.allowed = 1
+		b.growCarry()
 	default:
 		b.allowed = min(2*b.allowed, Max)
 		b.batch = min(2*b.batch, Max)
+		b.growCarry()
 	}
 	b.joins = min(2*b.joins, Max)
 	return began
 }
+
+// growCarry raises the bound on the seats kept after a quick round, by a
+// thirty-second (one seat at least), and lifts it at Max.
+func (b *Budget) growCarry() {
+	if b.carry == 0 {
+		return
+	}
+	if b.carry += max(b.carry/32, 1); b.carry >= Max {
+		b.carry = 0
+	}
+}
+
+// Heavy bounds the seats kept after a round that answered in d, too slow
+// for the renewals to keep their cadence: to held (the seats it renewed)
+// times target / d, one at least, never above a bound already set. It
+// returns the bound, and whether this round lowered it.
+func (b *Budget) Heavy(held int, d, target time.Duration) (bound int, lowered bool) {
+	n := held
+	if d > target {
+		n = int(int64(held) * int64(target) / int64(d))
+	}
+	n = max(n, 1)
+	if b.carry != 0 && n >= b.carry {
+		return b.carry, false
+	}
+	b.carry = n
+	return n, true
+}
+
+// Carries reports whether the Group may hold n seats: within the bound
+// Heavy set, if any.
+func (b *Budget) Carries(n int) bool { return b.carry == 0 || n <= b.carry }
+
+// Carry is the bound Heavy set on the seats kept; 0 when there is none.
+func (b *Budget) Carry() int { return b.carry }
 
 // Joins is the most candidate rows the next round may write.
 func (b *Budget) Joins() int { return b.joins }

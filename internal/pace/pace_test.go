@@ -1,6 +1,9 @@
 package pace
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // TestBudget: a slow round sheds every attempt until a quick one, which
 // allows one; each quick round doubles the budget up to Max, a failed
@@ -130,5 +133,43 @@ func TestJoins(t *testing.T) {
 	}
 	if got := b.Joins(); got != Max {
 		t.Errorf("%d rows after many quick rounds, want Max %d", got, Max)
+	}
+}
+
+// TestCarry: no bound at first; a heavy round bounds the seats kept in
+// proportion to its time, never above a bound already set; a slow round
+// keeps the bound, each quick round raises it by a thirty-second (one seat at
+// least), and it is lifted at Max.
+func TestCarry(t *testing.T) {
+	b := New(firstJoins)
+	if b.Carry() != 0 || !b.Carries(Max) {
+		t.Fatal("a new budget bounds the seats kept")
+	}
+	if n, lowered := b.Heavy(100, 800*time.Millisecond, 200*time.Millisecond); n != 25 || !lowered {
+		t.Fatalf("Heavy(100 seats, 800 ms, target 200 ms) = %d, %v; want 25, true", n, lowered)
+	}
+	if !b.Carries(25) || b.Carries(26) {
+		t.Fatal("the bound of 25 does not hold")
+	}
+	if n, lowered := b.Heavy(100, 400*time.Millisecond, 200*time.Millisecond); n != 25 || lowered {
+		t.Fatalf("a heavy round over more seats raised the bound: %d, %v", n, lowered)
+	}
+	if n, _ := b.Heavy(3, time.Second, 200*time.Millisecond); n != 1 {
+		t.Fatalf("bound %d, want one seat at least", n)
+	}
+	b.Round(true)
+	if b.Carry() != 1 {
+		t.Fatalf("a slow round moved the bound to %d", b.Carry())
+	}
+	b.Round(false)
+	b.Round(false)
+	if b.Carry() != 3 {
+		t.Fatalf("bound %d after two quick rounds from one, want 3", b.Carry())
+	}
+	for range 10000 {
+		b.Round(false)
+	}
+	if b.Carry() != 0 || !b.Carries(Max) {
+		t.Fatalf("bound %d after many quick rounds, want none", b.Carry())
 	}
 }
