@@ -127,25 +127,17 @@ func (g *Group) carryLocked(took time.Duration, held int) {
 // thousands in every round: twice the room at most, and none while the
 // attempts are shed, since none would be tried. g.box is held.
 func (g *Group) readsLocked(budget int) int {
-	switch bound := g.pace.Carry(); {
-	case bound == 0:
-		return budget
-	case !g.pace.Quick():
+	if g.pace.Overloaded() {
 		return 0
-	default:
-		return min(budget, 2*max(bound-g.box.leading, 1))
 	}
+	return min(budget, 2*max(g.pace.Room(g.box.leading), 1))
 }
 
 // withinCarryLocked keeps of a round's attempts as many as the bound on the
 // seats kept (carryLocked) has room for, and reports the others as shed;
 // g.box is held.
 func (g *Group) withinCarryLocked(start time.Time, attempts []*member) []*member {
-	bound := g.pace.Carry()
-	if bound == 0 {
-		return attempts
-	}
-	room := max(bound-g.box.leading, 0)
+	room := g.pace.Room(g.box.leading)
 	if len(attempts) <= room {
 		return attempts
 	}

@@ -112,7 +112,7 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	stamp, beat := g.rounds, g.beat
 	// In an overload (carryLocked) a round that sheds the attempts reads
 	// no range of seats lapsing lately: it holds most seats then.
-	if ranging := g.pace.Quick() || g.pace.Carry() == 0; !ranging {
+	if g.pace.Overloaded() {
 		in.Horizon, in.Lapsed = 0, 0
 	}
 	// The first namespaces in order whose candidate rows are not written

@@ -128,6 +128,19 @@ func (b *Budget) Carries(n int) bool { return b.carry == 0 || n <= b.carry }
 // Carry is the bound Heavy set on the seats kept; 0 when there is none.
 func (b *Budget) Carry() int { return b.carry }
 
+// Room is how many seats a Group holding held may still take within the
+// bound Heavy set: Max when there is none.
+func (b *Budget) Room(held int) int {
+	if b.carry == 0 {
+		return Max
+	}
+	return max(b.carry-held, 0)
+}
+
+// Overloaded reports whether the seats kept are bounded and the attempts
+// shed: a round then reads no free seat, since none would be tried.
+func (b *Budget) Overloaded() bool { return b.carry != 0 && b.allowed == 0 }
+
 // Joins is the most candidate rows the next round may write.
 func (b *Budget) Joins() int { return b.joins }
 

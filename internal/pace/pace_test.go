@@ -151,6 +151,9 @@ func TestCarry(t *testing.T) {
 	if !b.Carries(25) || b.Carries(26) {
 		t.Fatal("the bound of 25 does not hold")
 	}
+	if b.Room(20) != 5 || b.Room(30) != 0 {
+		t.Fatalf("room %d and %d under a bound of 25 for 20 and 30 seats, want 5 and 0", b.Room(20), b.Room(30))
+	}
 	if n, lowered := b.Heavy(100, 400*time.Millisecond, 200*time.Millisecond); n != 25 || lowered {
 		t.Fatalf("a heavy round over more seats raised the bound: %d, %v", n, lowered)
 	}
@@ -161,6 +164,9 @@ func TestCarry(t *testing.T) {
 	if b.Carry() != 1 {
 		t.Fatalf("a slow round moved the bound to %d", b.Carry())
 	}
+	if !b.Overloaded() {
+		t.Fatal("bounded and shedding, but not overloaded")
+	}
 	b.Round(false)
 	b.Round(false)
 	if b.Carry() != 3 {
@@ -169,7 +175,7 @@ func TestCarry(t *testing.T) {
 	for range 10000 {
 		b.Round(false)
 	}
-	if b.Carry() != 0 || !b.Carries(Max) {
+	if b.Carry() != 0 || !b.Carries(Max) || b.Room(Max) != Max || b.Overloaded() {
 		t.Fatalf("bound %d after many quick rounds, want none", b.Carry())
 	}
 }
