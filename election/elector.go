@@ -134,6 +134,9 @@ type testHooks struct {
 	call func(ctx context.Context) error
 	// round runs after each round (of a Group: without a lease).
 	round func(roundReport)
+	// prune runs before each piece of a Group's prune (pruneLed) with
+	// its context; an error fails the piece without running it.
+	prune func(ctx context.Context) error
 }
 
 type roundReport struct {

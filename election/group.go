@@ -171,6 +171,7 @@ type Group struct {
 	heavy    int             // answered rounds in a row slower than carryLocked allows; a failed round resets it
 	queue    []*member       // free seats of the last round, to try in order
 	scratch  roundScratch    // the round loop's own, outside g.box
+	pruning  groupPrune      // the round loop's own: the prune in pieces (pruneLed)
 }
 
 // member is the Group in one namespace: the machine, and what the Group

@@ -3,6 +3,7 @@ package election
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -184,4 +185,72 @@ func (w *lapseWarnings) Write(p []byte) (int, error) {
 func (w *lapseWarnings) last() string {
 	s, _ := w.line.Load().(string)
 	return s
+}
+
+// TestGroupPruneNeverHoldsUpARound: a Group's prune that does not end (on a
+// database busy with thousands of namespaces, a prune of them took up to
+// 1.6 s) is cut when the next round may be due, and the Group keeps every
+// seat. Before, the prune ran whole after a round, bounded by the trust
+// window only, and the next round, with every renewal in it, began too late:
+// the Group stepped down everywhere. Once the pieces end in time, the
+// prune goes on where it stopped: the row of a candidate gone is pruned.
+func TestGroupPruneNeverHoldsUpARound(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *gorm.DB) {
+		ctx := electorCtx(t)
+		const expire = time.Second
+		var nss []string
+		for range 4 {
+			nss = append(nss, testdb.Namespace(t))
+		}
+		gone := uuid.New()
+		if err := newTestElection(t, db, nss[0], expire).RegisterCandidate(ctx, gone); err != nil {
+			t.Fatalf("RegisterCandidate: %v", err)
+		}
+		goneRows := func() int64 {
+			var n int64
+			if err := db.WithContext(ctx).Raw("SELECT COUNT(*) FROM election_candidates WHERE namespace = ? AND candidate_id = ?",
+				nss[0], gone.String()).Scan(&n).Error; err != nil {
+				t.Fatalf("counting rows: %v", err)
+			}
+			return n
+		}
+
+		obs := &stopCounter{}
+		g, err := NewGroup(ctx, db, uuid.New(), GroupConfig{Namespaces: nss}, WithExpire(expire), WithLogger(silent), WithObserver(obs))
+		if err != nil {
+			t.Fatalf("NewGroup: %v", err)
+		}
+		var stuck atomic.Bool
+		var cut atomic.Int64 // pieces cut at their deadline
+		stuck.Store(true)
+		g.hooks.prune = func(ctx context.Context) error {
+			if !stuck.Load() {
+				return nil
+			}
+			<-ctx.Done()
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				cut.Add(1)
+			}
+			return ctx.Err()
+		}
+		runUntilCleanup(t, ctx, g)
+		led := func() int { return len(g.Leading()) }
+		state := func() string {
+			return fmt.Sprintf("leading %d of %d, %d pieces cut, stepped down %d", led(), len(nss), cut.Load(), obs.count(StopSteppedDown))
+		}
+		waitUntil(t, 15*time.Second, "every namespace led", func() bool { return led() == len(nss) }, state)
+		// The first prune is due 5 to 7.5 s (five to seven and a half
+		// expiry windows) after the first round; then every quick round
+		// tries a piece, each cut at its deadline.
+		waitUntil(t, 20*time.Second, "three pieces of the prune cut", func() bool { return cut.Load() >= 3 }, state)
+		if n := obs.count(StopSteppedDown); n > 0 || led() != len(nss) {
+			t.Fatalf("a prune that did not end held up the renewals: %s", state())
+		}
+
+		stuck.Store(false)
+		waitUntil(t, 10*time.Second, "the row of the candidate gone pruned", func() bool { return goneRows() == 0 }, state)
+		if n := obs.count(StopSteppedDown); n > 0 {
+			t.Errorf("%d step-downs (%s)", n, state())
+		}
+	})
 }

@@ -68,12 +68,16 @@ const sampleSize = 4
 // at the moment (an attempt reads the seat itself) and those whose
 // candidate rows wait for a later round, then, now and then, the prune.
 func (g *Group) round(ctx context.Context, cause roundCause) error {
+	began := time.Now()
 	err := g.fullRound(ctx, cause)
 	g.box.lock()
 	quick := g.pace.Quick()
 	g.box.unlock()
 	if err == nil && quick {
-		g.pruneLed(ctx)
+		// The next round may be due three quarters of an interval from
+		// this one's start (jitter, and renewEvery never shorter): the
+		// prune ends by then.
+		g.pruneLed(ctx, began.Add(g.t.interval*3/4))
 	}
 	if g.hooks.round != nil {
 		g.hooks.round(roundReport{cause: cause, err: err})
@@ -407,22 +411,6 @@ func (g *Group) sortedLocked() []*member {
 		g.ordered = true
 	}
 	return g.sorted
-}
-
-// pruneLed prunes the namespaces the Group leads, as an Elector does its
-// one (Election.maybePrune): after a round, never in it.
-func (g *Group) pruneLed(ctx context.Context) {
-	g.box.lock()
-	var led []string
-	for ns, mem := range g.members {
-		if mem.m.cur != nil && !mem.leaving {
-			led = append(led, ns)
-		}
-	}
-	g.box.unlock()
-	pctx, cancel := context.WithTimeout(ctx, g.t.trust())
-	defer cancel()
-	g.batch.maybePrune(pctx, nil, led)
 }
 
 // shutdown is the end of Run: no round or attempt runs any more.

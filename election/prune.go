@@ -15,7 +15,7 @@ import (
 // Prune deletes the rows of candidates that expired more than one expiry
 // window ago, and the terms of the history that ended longer ago than the
 // history retention (WithHistoryRetention, default 30 days), and returns
-// how many rows it deleted. A leader runs it now and then, every two
+// how many rows it deleted. A leader runs it now and then, every five
 // expiry windows, after a renewal, never inside one (an Elector for its
 // namespace, a Group for all it leads); call it directly from maintenance
 // jobs if you like.
@@ -105,14 +105,23 @@ func (e *Election) scanIDs(ctx context.Context, conn gorm.ConnPool, ids *[]uuid.
 // prunes (three statements) would add much to.
 func (e *Election) pruneEvery() time.Duration { return 5 * e.expire }
 
-// maybePrune prunes nss (those e's candidate leads) at most every
-// pruneEvery, the first time at least pruneEvery after it was first
-// asked, never in the caller's transaction; failures are logged.
+// maybePrune prunes nss (those e's candidate leads) when a prune is due
+// (pruneDue), never in the caller's transaction; failures are logged.
 func (e *Election) maybePrune(ctx context.Context, opts []CallOption, nss []string) {
-	if len(opts) > 0 || len(nss) == 0 {
+	if len(opts) > 0 || len(nss) == 0 || !e.pruneDue() {
 		return
 	}
+	n, err := e.prune(ctx, nil, slices.Sorted(slices.Values(nss)))
+	e.logPrune(ctx, n, err)
+}
+
+// pruneDue reports whether a prune of what e's candidate leads is due: at
+// most every pruneEvery, the first time at least pruneEvery after it was
+// first asked. A true answer begins that prune: the next is due a
+// pruneEvery later.
+func (e *Election) pruneDue() bool {
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	// Spread, so that the processes of a fleet started together do not
 	// all prune at once: the first prune comes 1 to 1.5 pruneEvery after
 	// the first ask, the next ones 1 to 1.2 pruneEvery apart.
@@ -124,16 +133,16 @@ func (e *Election) maybePrune(ctx context.Context, opts []CallOption, nss []stri
 	if due {
 		e.lastPrune = time.Now().Add(rand.N(every/5 + 1))
 	}
-	e.mu.Unlock()
-	if !due {
-		return
-	}
-	nss = slices.Sorted(slices.Values(nss))
-	if n, err := e.prune(ctx, nil, nss); err != nil {
-		if ctx.Err() == nil {
-			e.log.Warn("election: pruning expired candidates and old history failed", "err", err)
-		}
-	} else if n > 0 {
+	return due
+}
+
+// logPrune logs the end of a prune that deleted n rows: a failure as a
+// warning (but for ctx's end), the rows deleted at debug level.
+func (e *Election) logPrune(ctx context.Context, n int, err error) {
+	switch {
+	case err != nil && ctx.Err() == nil:
+		e.log.Warn("election: pruning expired candidates and old history failed", "err", err)
+	case err == nil && n > 0:
 		e.log.Debug("election: pruned expired candidates and old history", "count", n)
 	}
 }
