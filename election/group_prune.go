@@ -7,23 +7,16 @@ import (
 	"time"
 )
 
-// A Group prunes the namespaces it leads in pieces, between its rounds,
-// each piece ending before the next round is due (pruneLed).
-const (
-	// prunePiece is the most namespaces a piece covers, and the first
-	// number: its prune is three statements, one more per expired row.
-	prunePiece = 1024
-	// prunePieceMin is the fewest: a piece that did not end in time is
-	// halved down to it.
-	prunePieceMin = 16
-)
+// prunePiece is the most namespaces a piece of a Group's prune covers
+// (pruneLed): three statements, one more per expired row.
+const prunePiece = 1024
 
 // groupPrune is a Group's prune in progress: the namespaces it has yet to
-// prune, and how many the next piece covers (0: prunePiece). Only the
-// round loop uses it.
+// prune, and the time per namespace its last piece took (0: none ran yet).
+// Only the round loop uses it.
 type groupPrune struct {
-	rest  []string
-	piece int
+	rest []string
+	per  time.Duration
 }
 
 // pruneLed prunes the namespaces the Group leads, as an Elector does its
@@ -33,9 +26,12 @@ type groupPrune struct {
 // 16 processes on two cores); run whole after a round, it held up the
 // next round, and with it every renewal of the Group, past the trust
 // window: the Group stepped down from all its seats, and others took
-// them. It runs in pieces instead, as many as end by until, and goes on
-// after a later round from where it stopped; a piece that did not end in
-// time is tried again, halved.
+// them. It runs in pieces instead, one after a round, as large as the
+// time left allows at the last piece's pace, and goes on after a later
+// round from where it stopped: a round's piece costs three statements and
+// one per expired row, as the whole prune did. A piece cut short at until doubles the pace it
+// is judged by; a round after which not one namespace fits halves it, so
+// that a prune slowed once is tried again.
 func (g *Group) pruneLed(ctx context.Context, until time.Time) {
 	p := &g.pruning
 	if len(p.rest) == 0 {
@@ -51,33 +47,41 @@ func (g *Group) pruneLed(ctx context.Context, until time.Time) {
 		g.box.unlock()
 		slices.Sort(p.rest)
 	}
-	if p.piece == 0 {
-		p.piece = prunePiece
+	if len(p.rest) == 0 {
+		return
 	}
-	for len(p.rest) > 0 && time.Until(until) > 0 {
-		piece := p.rest[:min(p.piece, len(p.rest))]
-		pctx, cancel := context.WithDeadline(ctx, until)
-		n, err := 0, error(nil)
-		if g.hooks.prune != nil {
-			err = g.hooks.prune(pctx)
-		}
-		if err == nil {
-			n, err = g.batch.prune(pctx, nil, piece)
-		}
-		cancel()
-		switch {
-		case err != nil && ctx.Err() == nil && errors.Is(pctx.Err(), context.DeadlineExceeded):
-			// Out of time: the piece again, smaller, after a later round.
-			p.piece = max(p.piece/2, prunePieceMin)
-			return
-		case err != nil:
-			// Given up until the next prune is due.
-			g.batch.logPrune(ctx, n, err)
-			p.rest = p.rest[:0]
-			return
-		}
-		g.batch.logPrune(ctx, n, nil)
-		p.rest = p.rest[len(piece):]
-		p.piece = min(p.piece*2, prunePiece)
+	left := time.Until(until)
+	n := min(prunePiece, len(p.rest))
+	if p.per > 0 {
+		n = min(n, int(left/p.per))
+	}
+	if n < 1 || left <= 0 {
+		p.per /= 2
+		return
+	}
+	began := time.Now()
+	pctx, cancel := context.WithDeadline(ctx, until)
+	defer cancel()
+	m, err := 0, error(nil)
+	if g.hooks.prune != nil {
+		err = g.hooks.prune(pctx)
+	}
+	if err == nil {
+		m, err = g.batch.prune(pctx, nil, p.rest[:n])
+	}
+	took := time.Since(began)
+	switch {
+	case err != nil && ctx.Err() == nil && errors.Is(pctx.Err(), context.DeadlineExceeded):
+		// Out of time: the piece again after a later round, judged at
+		// twice the pace.
+		p.per = max(2*p.per, took/time.Duration(n))
+	case err != nil:
+		// Given up until the next prune is due.
+		g.batch.logPrune(ctx, m, err)
+		p.rest = p.rest[:0]
+	default:
+		g.batch.logPrune(ctx, m, nil)
+		p.rest = p.rest[n:]
+		p.per = max(took/time.Duration(n), time.Microsecond)
 	}
 }
