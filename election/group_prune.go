@@ -29,9 +29,9 @@ type groupPrune struct {
 // them. It runs in pieces instead, one after a round, as large as the
 // time left allows at the last piece's pace, and goes on after a later
 // round from where it stopped: a round's piece costs three statements and
-// one per expired row, as the whole prune did. A piece cut short at until doubles the pace it
-// is judged by; a round after which not one namespace fits halves it, so
-// that a prune slowed once is tried again.
+// one per expired row, as the whole prune did. A piece cut short at until
+// doubles the pace it is judged by; a round after which not one namespace
+// fits halves it, so that a prune slowed once is tried again.
 func (g *Group) pruneLed(ctx context.Context, until time.Time) {
 	p := &g.pruning
 	if len(p.rest) == 0 {

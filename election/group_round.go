@@ -76,8 +76,9 @@ func (g *Group) round(ctx context.Context, cause roundCause) error {
 	if err == nil && quick {
 		// The next round may be due three quarters of an interval from
 		// this one's start (jitter, and renewEvery never shorter): the
-		// prune ends by then.
-		g.pruneLed(ctx, began.Add(g.t.interval*3/4))
+		// prune ends by then, and within the trust window as it always
+		// did.
+		g.pruneLed(ctx, began.Add(min(g.t.interval*3/4, g.t.trust())))
 	}
 	if g.hooks.round != nil {
 		g.hooks.round(roundReport{cause: cause, err: err})
