@@ -466,15 +466,22 @@ func (g *Group) balanceLocked(start time.Time, total, live int, attempts []*memb
 	return append(kept, spares...)
 }
 
-// pickLed chooses n of the namespaces the Group leads: those led longest,
-// or with latest those taken last; g.box is held.
-func (g *Group) pickLed(n int, latest bool) []*member {
+// ledLocked returns the members the Group leads and is not leaving, in no
+// order; g.box is held.
+func (g *Group) ledLocked() []*member {
 	var led []*member
 	for _, mem := range g.members {
 		if mem.m.cur != nil && !mem.leaving {
 			led = append(led, mem)
 		}
 	}
+	return led
+}
+
+// pickLed chooses n of the namespaces the Group leads: those led longest,
+// or with latest those taken last; g.box is held.
+func (g *Group) pickLed(n int, latest bool) []*member {
+	led := g.ledLocked()
 	slices.SortFunc(led, func(a, b *member) int {
 		if latest {
 			return b.m.cur.since.Compare(a.m.cur.since)

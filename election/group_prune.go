@@ -39,10 +39,8 @@ func (g *Group) pruneLed(ctx context.Context, until time.Time) {
 			return
 		}
 		g.box.lock()
-		for ns, mem := range g.members {
-			if mem.m.cur != nil && !mem.leaving {
-				p.rest = append(p.rest, ns)
-			}
+		for _, mem := range g.ledLocked() {
+			p.rest = append(p.rest, mem.ns)
 		}
 		g.box.unlock()
 		slices.Sort(p.rest)

@@ -96,7 +96,7 @@ func (e *Election) campaign(ctx context.Context, id uuid.UUID, yield bool, opts 
 		}
 		if renewed {
 			e.remember(id, out)
-			e.maybePrune(ctx, opts, []string{e.namespace})
+			e.maybePrune(ctx, opts)
 			return out, false, nil
 		}
 		e.forget(id)

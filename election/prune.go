@@ -3,7 +3,6 @@ package election
 import (
 	"context"
 	"math/rand/v2"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -105,13 +104,14 @@ func (e *Election) scanIDs(ctx context.Context, conn gorm.ConnPool, ids *[]uuid.
 // prunes (three statements) would add much to.
 func (e *Election) pruneEvery() time.Duration { return 5 * e.expire }
 
-// maybePrune prunes nss (those e's candidate leads) when a prune is due
-// (pruneDue), never in the caller's transaction; failures are logged.
-func (e *Election) maybePrune(ctx context.Context, opts []CallOption, nss []string) {
-	if len(opts) > 0 || len(nss) == 0 || !e.pruneDue() {
+// maybePrune prunes e's namespace, after a renewal of an Elector's, when a
+// prune is due (pruneDue), never in the caller's transaction; failures are
+// logged. A Group prunes those it leads in pieces (Group.pruneLed).
+func (e *Election) maybePrune(ctx context.Context, opts []CallOption) {
+	if len(opts) > 0 || !e.pruneDue() {
 		return
 	}
-	n, err := e.prune(ctx, nil, slices.Sorted(slices.Values(nss)))
+	n, err := e.prune(ctx, nil, []string{e.namespace})
 	e.logPrune(ctx, n, err)
 }
 
