@@ -157,6 +157,8 @@ type Group struct {
 	members  map[string]*member
 	sorted   []*member       // members in namespace order (sortedLocked)
 	ordered  bool            // sorted is up to date: false after a Join or Leave
+	leavers  int             // members being left
+	active   actives         // the members the rounds take in
 	rounds   uint64          // rounds begun, the stamp of the last (member.round)
 	pace     pace.Budget     // the attempts' budget
 	running  bool            // Run's loop is on
@@ -194,6 +196,8 @@ type member struct {
 	seen       bool   // a round read its seat row: later rounds read it only when vacant or lapsing
 	reread     bool   // its lease's edge passed untried (the share, the budget): the next round reads the seat
 	round      uint64 // the stamp of the last round that took it in (Group.rounds)
+	listed     bool   // on g.active (activateLocked)
+	resting    bool   // off g.active, at rest (restsLocked)
 	leaving    bool
 	pending    atomic.Bool // on g.woken
 }
@@ -293,6 +297,7 @@ func (g *Group) newMember(ns string) *member {
 	mem.m = newMachine(e, g.id, g.t, &g.box, g.clk, cb, g.events, mem.signal, log)
 	mem.m.parent = context.WithoutCancel(g.runCtx)
 	mem.m.giveUps = g.giveUps
+	g.activateLocked(mem)
 	return mem
 }
 
@@ -471,6 +476,8 @@ func (g *Group) Leave(ctx context.Context, ns string) error {
 	var h *handoff.Hub
 	if err == nil {
 		mem.leaving = true
+		g.leavers++
+		g.activateLocked(mem)
 		mem.m.closeLocked(whyLeft)
 		h, mem.hub = mem.hub, nil
 	}
@@ -487,6 +494,7 @@ func (g *Group) Leave(ctx context.Context, ns string) error {
 			if g.members[ns] == mem {
 				delete(g.members, ns)
 				g.ordered = false
+				g.leavers--
 			}
 			g.box.unlock()
 		}()
@@ -585,14 +593,6 @@ func (g *Group) machines() []*machine {
 	out := make([]*machine, 0, len(g.members))
 	for _, mem := range g.members {
 		out = append(out, mem.m)
-	}
-	return out
-}
-
-func anyArgs(ss []string) []any {
-	out := make([]any, len(ss))
-	for i, s := range ss {
-		out[i] = s
 	}
 	return out
 }

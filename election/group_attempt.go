@@ -185,6 +185,7 @@ const edgeGather = 2 * time.Millisecond
 // beginAttemptLocked marks mem as tried; g.box is held.
 func (g *Group) beginAttemptLocked(mem *member) {
 	mem.attempting = true
+	g.activateLocked(mem)
 	mem.busy.Add(1)
 	mem.m.inflight.add()
 }
@@ -277,6 +278,7 @@ func (g *Group) woke(ctx context.Context, w wakeup) {
 			// Not tried at its edge: once the lease has lapsed for longer
 			// than a window, a round finds the seat only if it reads it.
 			mem.reread = true
+			g.activateLocked(mem)
 		}
 		if ok && edge && batch {
 			edges = append(edges, mem)
@@ -470,7 +472,7 @@ func (g *Group) balanceLocked(start time.Time, total, live int, attempts []*memb
 // order; g.box is held.
 func (g *Group) ledLocked() []*member {
 	var led []*member
-	for _, mem := range g.members {
+	for _, mem := range g.activeLocked() { // a leader is never at rest
 		if mem.m.cur != nil && !mem.leaving {
 			led = append(led, mem)
 		}

@@ -2,10 +2,8 @@ package election
 
 import (
 	"context"
-	"maps"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -15,19 +13,6 @@ import (
 	"github.com/sqlelect/sqlelect/internal/handoff"
 	"github.com/sqlelect/sqlelect/internal/pace"
 )
-
-// leadsAll reports whether the Group leads every namespace it joined
-// (driverLoop).
-func (g *Group) leadsAll() bool {
-	g.box.lock()
-	defer g.box.unlock()
-	for _, mem := range g.members {
-		if mem.m.cur == nil && !mem.leaving {
-			return false
-		}
-	}
-	return true
-}
 
 // signaled is the cause of a round a kick started (driverLoop): a
 // renewal a machine asked for, or a wake-up that names no namespace.
@@ -51,11 +36,11 @@ type heldSeat struct {
 // of a Group's CPU, most of it in the garbage collector
 // (docs/performance.md).
 type roundScratch struct {
-	joined, read, join, free []string
-	leases                   []dialect.HeldLease
-	held                     []heldSeat
-	members, joining         []*member
-	heldBy                   map[*member]heldSeat
+	read, join, free []string
+	leases           []dialect.HeldLease
+	held             []heldSeat
+	members, joining []*member
+	heldBy           map[*member]heldSeat
 }
 
 // sampleSize is how many namespaces a Balance round counts the live
@@ -94,11 +79,11 @@ func (g *Group) round(ctx context.Context, cause roundCause) error {
 func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	start := g.clk.Now()
 	g.box.lock()
-	total := 0
+	total := len(g.members) - g.leavers
 	in := dialect.RoundIn{Member: g.id, Hostname: g.base.identity.Hostname, PID: g.base.identity.PID, Label: g.base.identity.Label,
 		Expire: g.base.expire, Horizon: g.t.interval, Lapsed: g.base.expire}
 	sc := &g.scratch
-	in.Joined, in.Held, in.Read, in.Join = sc.joined[:0], sc.leases[:0], sc.read[:0], sc.join[:0]
+	in.Held, in.Read, in.Join = sc.leases[:0], sc.read[:0], sc.join[:0]
 	var (
 		held    = sc.held[:0]
 		free    = sc.free[:0]    // read when the budget allows (someOf)
@@ -110,7 +95,7 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 		clear(joining)
 		clear(held)
 		clear(sc.heldBy)
-		*sc = roundScratch{joined: in.Joined[:0], leases: in.Held[:0], read: in.Read[:0], join: in.Join[:0],
+		*sc = roundScratch{leases: in.Held[:0], read: in.Read[:0], join: in.Join[:0],
 			held: held[:0], free: free[:0], members: members[:0], joining: joining[:0], heldBy: sc.heldBy}
 	}()
 	g.rounds++
@@ -133,12 +118,29 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	// finds it: every seat the Group does not lead is read again
 	// (reread), in steps.
 	gapped := silentFor(g.ranged, start, g.base.expire)
-	sorted := g.sortedLocked()
-	for _, mem := range sorted {
-		if mem.leaving {
+	if gapped {
+		for _, mem := range g.members {
+			if mem.m.cur == nil {
+				mem.reread = true
+			}
+			g.activateLocked(mem)
+		}
+	}
+	// The members at rest are left off (group_active.go); the others, in
+	// namespace order.
+	active, stay := g.activeLocked(), 0
+	for _, mem := range active {
+		switch {
+		case mem.leaving || g.members[mem.ns] != mem:
+			mem.listed = false
+			continue
+		case g.restsLocked(mem):
+			mem.listed, mem.resting = false, true
+			g.active.resting++
 			continue
 		}
-		total++
+		active[stay] = mem
+		stay++
 		if mem.attempting {
 			continue
 		}
@@ -148,16 +150,12 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 			}
 			joins--
 		}
-		in.Joined = append(in.Joined, mem.ns)
 		members = append(members, mem)
 		mem.round = stamp
 		mem.busy.Add(1)
 		if !mem.written {
 			in.Join = append(in.Join, mem.ns)
 			joining = append(joining, mem)
-		}
-		if gapped && mem.m.cur == nil {
-			mem.reread = true
 		}
 		term, reclaim := int64(0), false
 		if mem.m.cur == nil {
@@ -186,7 +184,12 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 			free = append(free, mem.ns)
 		}
 	}
+	g.keepActiveLocked(stay)
 	in.Read = append(in.Read, someOf(free, g.readsLocked(budget))...)
+	in.Joined = len(members) + g.active.resting
+	if g.cfg.Balance {
+		in.Sample = g.sampleLocked(stamp)
+	}
 	g.box.unlock()
 	defer func() {
 		g.box.lock()
@@ -199,11 +202,8 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 		}
 		g.box.unlock()
 	}()
-	if len(in.Joined) == 0 {
+	if in.Joined == 0 {
 		return nil
-	}
-	if g.cfg.Balance {
-		in.Sample = in.Joined[:min(sampleSize, len(in.Joined))]
 	}
 	actx, cancel := context.WithTimeout(ctx, g.t.trust())
 	defer cancel()
@@ -268,6 +268,7 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 			missing++
 			mem.written = false
 			mem.m.e.rowsKept.Store(false)
+			g.activateLocked(mem)
 		}
 		g.log.Warn("election: the Group's member row may have lapsed and been pruned; writing again the candidate rows a prune deleted",
 			"since_last_round", gap.Round(time.Millisecond), "expire", g.base.expire, "missing", missing, "joined", len(g.members))
@@ -288,8 +289,8 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	var attempts []*member
 	for _, rs := range out.Seats {
 		mem := g.members[rs.Namespace]
-		if mem == nil || mem.round != stamp || mem.leaving {
-			continue // not in this round, or left, or being left, since
+		if mem == nil || mem.round != stamp && !mem.resting || mem.leaving {
+			continue // not in this round (nor at rest), or left, or being left, since
 		}
 		s := seat{now: out.Now, exists: rs.Exists, term: rs.Term, expires: rs.Expires.Time, acquired: rs.Acquired.Time}
 		if rs.Leader.Valid && rs.Expires.Valid {
@@ -323,6 +324,9 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 			continue
 		}
 		mem.m.settleLocked(result{start: start, cause: cause, lease: l, observe: true})
+		if mem.resting && !g.restsLocked(mem) {
+			g.activateLocked(mem)
+		}
 		switch {
 		case mem.m.cur != nil:
 			// An attempt began leading while the round ran.
@@ -401,17 +405,6 @@ func someOf(nss []string, n int) []string {
 		nss[i], nss[j] = nss[j], nss[i]
 	}
 	return nss[:n]
-}
-
-// sortedLocked returns the members in namespace order, sorted again
-// only after a Join or a Leave changed them. g.box is held.
-func (g *Group) sortedLocked() []*member {
-	if !g.ordered {
-		g.sorted = slices.Collect(maps.Values(g.members))
-		slices.SortFunc(g.sorted, func(a, b *member) int { return strings.Compare(a.ns, b.ns) })
-		g.ordered = true
-	}
-	return g.sorted
 }
 
 // shutdown is the end of Run: no round or attempt runs any more.

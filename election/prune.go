@@ -146,3 +146,11 @@ func (e *Election) logPrune(ctx context.Context, n int, err error) {
 		e.log.Debug("election: pruned expired candidates and old history", "count", n)
 	}
 }
+
+func anyArgs(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}

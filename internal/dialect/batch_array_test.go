@@ -131,7 +131,7 @@ func TestGroupRound(t *testing.T) {
 
 			expire := 7 * time.Second
 			in := dialect.RoundIn{Member: me, Hostname: "host", PID: 42, Label: "label", Expire: expire, Horizon: time.Second, Lapsed: time.Minute,
-				Joined: names, Join: names,
+				Joined: len(names), Join: names,
 				Held:   []dialect.HeldLease{{Namespace: held, Term: 5}, {Namespace: moved, Term: 4}, {Namespace: expired, Term: 2}, {Namespace: other, Term: 9}},
 				Read:   []string{held, moved, expired, other, free},
 				Sample: []string{held, other}}
@@ -261,7 +261,7 @@ func testRoundLapsed(t *testing.T, raw *sql.DB, ctx context.Context, d dialect.D
 	me, ns := uuid.New(), testdb.Namespace(t)
 	expire := 2 * time.Second
 	in := dialect.RoundIn{Member: me, Hostname: "host", PID: 1, Expire: expire, Horizon: time.Second, Lapsed: time.Minute,
-		Joined: []string{ns}, Read: []string{ns}}
+		Joined: 1, Read: []string{ns}}
 	conn, err := raw.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -67,7 +67,7 @@ func BenchmarkGroupRound(b *testing.B) {
 		for _, live := range []bool{false, true} {
 			b.Run(fmt.Sprintf("namespaces=%d/live=%v", n, live), func(b *testing.B) {
 				in := dialect.RoundIn{Member: me, Hostname: "host", PID: 1, Expire: time.Hour, Horizon: time.Second,
-					Joined: names, Read: held}
+					Joined: len(names), Read: held}
 				for k, ns := range held {
 					in.Held = append(in.Held, dialect.HeldLease{Namespace: ns, Term: terms[k]})
 				}

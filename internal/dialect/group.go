@@ -43,11 +43,11 @@ type RoundIn struct {
 	// is read. Both zero: no seat is read by its lease's end (a Group in
 	// an overload, shedding its attempts).
 	Horizon, Lapsed time.Duration
-	// Joined are the namespaces the round is for, at least one. Only
-	// their count is sent (in the leading comment of PostgreSQL's and
+	// Joined is how many namespaces the round is for, at least one. Only
+	// the count is sent (in the leading comment of PostgreSQL's and
 	// MariaDB's round): the range reads the seats of the namespaces
 	// where the member has a candidate row.
-	Joined []string
+	Joined int
 	// Held are the leases to renew.
 	Held []HeldLease
 	// Read are namespaces whose seats are read whatever their state: the
@@ -115,7 +115,7 @@ func GroupRound(ctx context.Context, conn gorm.ConnPool, d Dialect, in RoundIn) 
 			nss[i], terms[i] = h.Namespace, h.Term
 		}
 		out.Sent = time.Now()
-		rows, err := conn.QueryContext(ctx, pgRound(d, len(in.Joined)), in.Member, in.Hostname, int64(in.PID), in.Label,
+		rows, err := conn.QueryContext(ctx, pgRound(d, in.Joined), in.Member, in.Hostname, int64(in.PID), in.Label,
 			d.DurationArg(in.Expire), TextArray(in.Join), TextArray(nss), Int64Array(terms),
 			d.DurationArg(in.Horizon), TextArray(in.Sample), TextArray(in.Read), d.DurationArg(-in.Lapsed))
 		if err != nil {
@@ -218,7 +218,7 @@ func GroupRound(ctx context.Context, conn gorm.ConnPool, d Dialect, in RoundIn) 
 			return out, err
 		}
 	}
-	if in.Sample == nil && len(in.Joined) == len(in.Held) && len(in.Read) == len(in.Held) && len(returned) == len(in.Held) && len(in.Held) > 0 {
+	if in.Sample == nil && in.Joined == len(in.Held) && len(in.Read) == len(in.Held) && len(returned) == len(in.Held) && len(in.Held) > 0 {
 		// The round holds every seat it is for, and renewed them all:
 		// there is nothing else to read.
 		for _, h := range in.Held {

@@ -127,7 +127,7 @@ func mariaGroupRound(ctx context.Context, conn gorm.ConnPool, in RoundIn) (Round
 	}
 	args = append(args, in.Horizon.Microseconds(), -in.Lapsed.Microseconds())
 	out.Sent = time.Now()
-	rows, err := conn.QueryContext(ctx, mariaRound(len(in.Joined)), args...)
+	rows, err := conn.QueryContext(ctx, mariaRound(in.Joined), args...)
 	if err != nil {
 		return out, err
 	}
