@@ -187,17 +187,17 @@ type member struct {
 	// busy counts the rounds and attempts in flight that include the
 	// member; Add only while !leaving, so Leave can wait for them.
 	busy       sync.WaitGroup
-	renewing   bool   // its lease is in the renewal of the round in flight
-	attempting bool   // an attempt on its seat is in flight
-	queued     bool   // on g.queue
-	overShare  bool   // the round let it be tried above the share (Balance)
-	freeRounds int    // consecutive rounds that saw the seat free while at the share (Balance)
-	written    bool   // a round wrote its candidate row, pointing to the member row
-	seen       bool   // a round read its seat row: later rounds read it only when vacant or lapsing
-	reread     bool   // its lease's edge passed untried (the share, the budget): the next round reads the seat
-	round      uint64 // the stamp of the last round that took it in (Group.rounds)
-	listed     bool   // on g.active (activateLocked)
-	resting    bool   // off g.active, at rest (restsLocked)
+	renewing   bool      // its lease is in the renewal of the round in flight
+	attempting bool      // an attempt on its seat is in flight
+	queued     bool      // on g.queue
+	overShare  bool      // the round let it be tried above the share (Balance)
+	freeRounds int       // consecutive rounds that saw the seat free while at the share (Balance)
+	written    bool      // a round wrote its candidate row, pointing to the member row
+	seen       bool      // a round read its seat row: later rounds read it only when vacant or lapsing
+	reread     bool      // its lease's edge passed untried (the share, the budget): the next round reads the seat
+	round      uint64    // the stamp of the last round that took it in (Group.rounds)
+	place      placement // on the list a round walks, at rest, or in the pool (group_active.go)
+	poolAt     int       // its index in the pool
 	leaving    bool
 	pending    atomic.Bool // on g.woken
 }

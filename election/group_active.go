@@ -2,6 +2,7 @@ package election
 
 import (
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"strings"
 )
@@ -10,48 +11,126 @@ import (
 // candidate row written, its seat last read as another's live lease, and
 // nothing asked of it) sends nothing in a round: the round's range read
 // finds its seat when that lease nears its end or the seat is freed, and
-// a crashed leader's edge or a handoff wakes the attempter for it. Such a
-// member is left off g.active, so that a round's work in the process
-// follows the seats it concerns (those led, free, being joined or to
-// read), not every namespace joined: at 40,000 namespaces a round that
-// walked every member spent most of a process's CPU there
-// (docs/performance.md). Whatever may end the rest puts the member back
-// (activateLocked): an attempt, a reading that shows the seat otherwise,
-// a lease edge left untried, Join, Leave, and the rounds' lapse and gap.
+// a crashed leader's edge or a handoff wakes the attempter for it. A
+// member whose seat is free, or owed a reading, and which the Group does
+// not lead or try (freeLocked) waits in a pool, of which a round reads as
+// many as it may (readsLocked), chosen at random. Neither is on the list
+// a round walks, so that a round's work in the process follows the seats
+// it concerns (those led, being joined, and those read), not every
+// namespace joined: at 40,000 namespaces a round that walked every member
+// spent most of a process's CPU there (docs/performance.md). Whatever may
+// change that puts the member back on the list (activateLocked): an
+// attempt, a reading that shows the seat otherwise (placeLocked), a lease
+// edge left untried, Join, Leave, and the rounds' lapse and gap.
 
-// actives are the members the rounds take in: all but those at rest.
+// placement is where a member is: on the list a round walks, at rest, in
+// the pool of free seats, or nowhere (being left).
+type placement uint8
+
+const (
+	placedNowhere placement = iota
+	placedListed
+	placedResting
+	placedPooled
+)
+
+// actives are the members a round takes in.
 type actives struct {
-	list    []*member // sorted by namespace up to sorted (activeLocked)
+	list    []*member // walked every round; sorted by namespace up to sorted (activeLocked)
 	buf     []*member // activeLocked's merge buffer
 	sorted  int
-	resting int // members at rest, off the list
+	resting int       // members at rest
+	pool    []*member // members whose free seats a round may read (member.poolAt)
 }
 
 // byNamespace orders members by namespace.
 func byNamespace(a, b *member) int { return strings.Compare(a.ns, b.ns) }
 
-// restsLocked reports whether a round may leave mem off: its candidate
-// row is written, the Group neither leads nor may reclaim its seat, tries
-// it or leaves it, and the seat was last read as another candidate's
-// lease, with no reading of it owed (reread). g.box is held.
-func (g *Group) restsLocked(mem *member) bool {
-	l := mem.m.last
-	return mem.written && mem.seen && !mem.reread && !mem.leaving && !mem.attempting &&
-		mem.m.cur == nil && mem.m.reclaim == 0 && !l.Vacant() && l.Leader != g.id
+// idleLocked reports whether the Group neither leads nor may reclaim
+// mem's seat, tries it or leaves it, and its candidate row is written.
+// g.box is held.
+func (g *Group) idleLocked(mem *member) bool {
+	return mem.written && !mem.leaving && !mem.attempting && mem.m.cur == nil && mem.m.reclaim == 0
 }
 
-// activateLocked puts mem on the list of members the rounds take in, if it
-// is not there; g.box is held, or the Group is not shared yet.
+// restsLocked reports whether mem may rest: it is idle and its seat was
+// last read as another candidate's lease, with no reading of it owed
+// (reread). g.box is held.
+func (g *Group) restsLocked(mem *member) bool {
+	l := mem.m.last
+	return g.idleLocked(mem) && mem.seen && !mem.reread && !l.Vacant() && l.Leader != g.id
+}
+
+// freeLocked reports whether mem may wait in the pool: it is idle and its
+// seat was never read, read free, owed a reading, or last read as the
+// Group's own lease, which it no longer leads (carryLocked). g.box is
+// held.
+func (g *Group) freeLocked(mem *member) bool {
+	l := mem.m.last
+	return g.idleLocked(mem) && (!mem.seen || l.Vacant() || mem.reread || l.Leader == g.id)
+}
+
+// unplaceLocked takes mem off the rest or the pool; g.box is held.
+func (g *Group) unplaceLocked(mem *member) {
+	a := &g.active
+	switch mem.place {
+	case placedResting:
+		a.resting--
+	case placedPooled:
+		last := len(a.pool) - 1
+		moved := a.pool[last]
+		a.pool[mem.poolAt], moved.poolAt = moved, mem.poolAt
+		a.pool[last] = nil
+		a.pool = a.pool[:last]
+	}
+	mem.place = placedNowhere
+}
+
+// activateLocked puts mem on the list a round walks, if it is not there;
+// g.box is held, or the Group is not shared yet.
 func (g *Group) activateLocked(mem *member) {
-	if mem.listed {
+	if mem.place == placedListed {
 		return
 	}
-	if mem.resting {
-		mem.resting = false
-		g.active.resting--
-	}
-	mem.listed = true
+	g.unplaceLocked(mem)
+	mem.place = placedListed
 	g.active.list = append(g.active.list, mem)
+}
+
+// placeLocked puts mem, which is off the list, at rest, in the pool, or
+// on the list, as its state is now; g.box is held.
+func (g *Group) placeLocked(mem *member) {
+	switch {
+	case g.restsLocked(mem):
+		if mem.place != placedResting {
+			g.unplaceLocked(mem)
+			mem.place = placedResting
+			g.active.resting++
+		}
+	case g.freeLocked(mem):
+		if mem.place != placedPooled {
+			g.unplaceLocked(mem)
+			mem.place, mem.poolAt = placedPooled, len(g.active.pool)
+			g.active.pool = append(g.active.pool, mem)
+		}
+	default:
+		g.activateLocked(mem)
+	}
+}
+
+// pickPooledLocked returns n members of the pool chosen at random (all
+// when it holds no more); g.box is held.
+func (g *Group) pickPooledLocked(n int) []*member {
+	pool := g.active.pool
+	if n >= len(pool) {
+		return pool
+	}
+	for i := range n {
+		j := i + rand.IntN(len(pool)-i)
+		pool[i], pool[j] = pool[j], pool[i]
+		pool[i].poolAt, pool[j].poolAt = i, j
+	}
+	return pool[:n]
 }
 
 // activeLocked returns the listed members in namespace order: those added
@@ -91,7 +170,7 @@ func (g *Group) keepActiveLocked(kept int) {
 }
 
 // sampleLocked returns, with Balance, the first namespaces in order that
-// the round of stamp is for (taken in, or at rest), at most sampleSize:
+// the round of stamp is for (taken in, at rest or in the pool), at most sampleSize:
 // the Groups of a fleet that join the same namespaces count the live
 // candidates of the same ones. g.box is held.
 func (g *Group) sampleLocked(stamp uint64) []string {
@@ -100,7 +179,7 @@ func (g *Group) sampleLocked(stamp uint64) []string {
 		if len(out) == sampleSize {
 			break
 		}
-		if !mem.leaving && (mem.round == stamp || mem.resting) {
+		if !mem.leaving && (mem.round == stamp || mem.place == placedResting || mem.place == placedPooled) {
 			out = append(out, mem.ns)
 		}
 	}

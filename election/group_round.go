@@ -131,12 +131,12 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	active, stay := g.activeLocked(), 0
 	for _, mem := range active {
 		switch {
-		case mem.leaving || g.members[mem.ns] != mem:
-			mem.listed = false
+		case mem.leaving: // and perhaps gone from g.members: Leave deletes it
+			mem.place = placedNowhere
 			continue
-		case g.restsLocked(mem):
-			mem.listed, mem.resting = false, true
-			g.active.resting++
+		case g.restsLocked(mem) || g.freeLocked(mem):
+			mem.place = placedNowhere
+			g.placeLocked(mem)
 			continue
 		}
 		active[stay] = mem
@@ -185,8 +185,20 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 		}
 	}
 	g.keepActiveLocked(stay)
-	in.Read = append(in.Read, someOf(free, g.readsLocked(budget))...)
-	in.Joined = len(members) + g.active.resting
+	// The free seats read: those of the members walked first (joined
+	// lately), then as many of the pool's as the reads allow.
+	in.Joined = len(members) + g.active.resting + len(g.active.pool)
+	if reads := g.readsLocked(budget); len(free) >= reads {
+		in.Read = append(in.Read, someOf(free, reads)...)
+	} else {
+		in.Read = append(in.Read, free...)
+		for _, mem := range g.pickPooledLocked(reads - len(free)) {
+			members = append(members, mem)
+			mem.round = stamp
+			mem.busy.Add(1)
+			in.Read = append(in.Read, mem.ns)
+		}
+	}
 	if g.cfg.Balance {
 		in.Sample = g.sampleLocked(stamp)
 	}
@@ -289,8 +301,8 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	var attempts []*member
 	for _, rs := range out.Seats {
 		mem := g.members[rs.Namespace]
-		if mem == nil || mem.round != stamp && !mem.resting || mem.leaving {
-			continue // not in this round (nor at rest), or left, or being left, since
+		if mem == nil || mem.round != stamp && mem.place != placedResting && mem.place != placedPooled || mem.leaving {
+			continue // not in this round (nor at rest or in the pool), or left, or being left, since
 		}
 		s := seat{now: out.Now, exists: rs.Exists, term: rs.Term, expires: rs.Expires.Time, acquired: rs.Acquired.Time}
 		if rs.Leader.Valid && rs.Expires.Valid {
@@ -324,8 +336,8 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 			continue
 		}
 		mem.m.settleLocked(result{start: start, cause: cause, lease: l, observe: true})
-		if mem.resting && !g.restsLocked(mem) {
-			g.activateLocked(mem)
+		if mem.place != placedListed {
+			g.placeLocked(mem)
 		}
 		switch {
 		case mem.m.cur != nil:
