@@ -429,7 +429,12 @@ func pgRound(d Dialect, n int) string {
 // those missing are written again, the others are not. The round committed
 // the member row's refresh before, so no prune deletes one of them after
 // this reading (Prune deletes a row by its key only while it is expired).
-// No index leads with the member: the table is scanned, once a lapse.
+// It reads through the index on the member (schema version 4,
+// election_candidates_member), not by scanning the candidate rows of every
+// process: at 40,000 namespaces x 16 processes each lapse scanned 640,000
+// rows, while the rounds that had come too late to keep the member row
+// alive were those of a database already overloaded. Without the index
+// (a schema not migrated to version 4) the table is scanned.
 func MemberRows(d Dialect) string {
 	return finish(d, "SELECT namespace FROM election_candidates WHERE member_id = ? AND candidate_id = member_id")
 }

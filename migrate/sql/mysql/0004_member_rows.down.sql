@@ -1,0 +1,1 @@
+ALTER TABLE election_candidates DROP INDEX election_candidates_member;

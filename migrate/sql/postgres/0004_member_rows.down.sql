@@ -1,0 +1,1 @@
+DROP INDEX IF EXISTS election_candidates_member;
