@@ -169,6 +169,22 @@ func (g *Group) keepActiveLocked(kept int) {
 	a.sorted = kept
 }
 
+// failOffLocked hands r, the failure of the round of stamp, to the
+// members at rest or in the pool that it did not read: the round was for
+// them too, and an observer counts its failure in every namespace. Without
+// an observer it does nothing: the failure changes nothing else in them.
+// g.box is held.
+func (g *Group) failOffLocked(stamp uint64, r result) {
+	if g.base.observer == nil {
+		return
+	}
+	for _, mem := range g.members {
+		if mem.round != stamp && !mem.leaving && (mem.place == placedResting || mem.place == placedPooled) {
+			mem.m.settleLocked(r)
+		}
+	}
+}
+
 // sampleLocked returns, with Balance, the first namespaces in order that
 // the round of stamp is for (taken in, at rest or in the pool), at most sampleSize:
 // the Groups of a fleet that join the same namespaces count the live

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,17 +30,25 @@ func TestGroupRoundsLeaveRestingSeatsOff(t *testing.T) {
 		for i := range nss {
 			nss[i] = testdb.Namespace(t)
 		}
+		failed := &failedRounds{seen: map[string]bool{}}
 		newGroup := func() *Group {
-			g, err := NewGroup(ctx, db, uuid.New(), GroupConfig{Namespaces: nss}, WithExpire(expire), WithLogger(silent))
+			g, err := NewGroup(ctx, db, uuid.New(), GroupConfig{Namespaces: nss}, WithExpire(expire), WithLogger(silent),
+				WithObserver(failed))
 			if err != nil {
 				t.Fatalf("NewGroup: %v", err)
 			}
 			return g
 		}
 		leader, follower := newGroup(), newGroup()
-		var stalled atomic.Bool
+		var stalled, followerStalled atomic.Bool
 		leader.hooks.call = func(context.Context) error {
 			if stalled.Load() {
+				return errors.New("stalled by the test")
+			}
+			return nil
+		}
+		follower.hooks.call = func(context.Context) error {
+			if followerStalled.Load() {
 				return errors.New("stalled by the test")
 			}
 			return nil
@@ -85,6 +94,12 @@ func TestGroupRoundsLeaveRestingSeatsOff(t *testing.T) {
 			t.Fatalf("the follower leads %d namespaces while the leader renews them all", got)
 		}
 
+		// A failed round is reported in every namespace, at rest too.
+		failed.from(follower.ID())
+		followerStalled.Store(true)
+		waitFor("a failed round reported in every namespace", 10*time.Second, func() bool { return failed.count() == n })
+		followerStalled.Store(false)
+
 		// A namespace at rest can be left, and is no longer counted.
 		if err := follower.Leave(ctx, nss[0]); err != nil {
 			t.Fatalf("Leave of a namespace at rest: %v", err)
@@ -110,4 +125,33 @@ func TestGroupRoundsLeaveRestingSeatsOff(t *testing.T) {
 			t.Errorf("leading all, the follower walks %v with %d at rest; want every namespace it joined, none at rest", l, r)
 		}
 	})
+}
+
+// failedRounds records the namespaces in which one candidate's rounds
+// were reported as failed, from the call of from on.
+type failedRounds struct {
+	NopObserver
+	mu   sync.Mutex
+	id   uuid.UUID
+	seen map[string]bool
+}
+
+func (o *failedRounds) from(id uuid.UUID) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.id, o.seen = id, map[string]bool{}
+}
+
+func (o *failedRounds) Attempt(a Attempt) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if a.Outcome == OutcomeError && a.Candidate == o.id && o.id != uuid.Nil {
+		o.seen[a.Namespace] = true
+	}
+}
+
+func (o *failedRounds) count() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.seen)
 }

@@ -260,6 +260,7 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 		for _, mem := range members {
 			mem.m.settleLocked(result{start: start, cause: cause, err: err})
 		}
+		g.failOffLocked(stamp, result{start: start, cause: cause, err: err})
 		return err
 	}
 	if out.Doubtful {
