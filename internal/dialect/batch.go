@@ -140,9 +140,20 @@ func PruneMember(d Dialect) string {
 // database clock plus a duration, as PruneHistory does for one namespace:
 // parameters are the n namespaces, then the duration (negative: the
 // retention).
+//
+// On PostgreSQL the terms are found namespace by namespace (LATERAL),
+// through the index on (namespace, ended_at), and deleted by their row
+// ids: with an IN list of a thousand namespaces the planner scanned the
+// whole history instead, in every piece of every Group's prune (at 40,000
+// namespaces x 16 processes most of the rows the database read).
 func BatchPruneHistory(d Dialect, n int) string {
-	return finish(d, "DELETE FROM election_history WHERE namespace IN ("+marks(n)+
-		") AND ended_at < "+d.(pieces).nowPlus())
+	ended := "ended_at < " + d.(pieces).nowPlus()
+	if _, ok := d.(postgres); ok {
+		return finish(d, "DELETE FROM election_history WHERE ctid = ANY (ARRAY(SELECT x.ctid FROM (VALUES "+
+			strings.Repeat("(CAST(? AS text)), ", n-1)+"(CAST(? AS text))) AS a(ns) "+
+			"CROSS JOIN LATERAL (SELECT h.ctid FROM election_history h WHERE h.namespace = a.ns AND h."+ended+" OFFSET 0) x))")
+	}
+	return finish(d, "DELETE FROM election_history WHERE namespace IN ("+marks(n)+") AND "+ended)
 }
 
 // BatchUnregister deletes a candidate's rows in n namespaces: parameters
