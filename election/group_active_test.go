@@ -1,8 +1,6 @@
 package election
 
 import (
-	"context"
-	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -41,18 +39,8 @@ func TestGroupRoundsLeaveRestingSeatsOff(t *testing.T) {
 		}
 		leader, follower := newGroup(), newGroup()
 		var stalled, followerStalled atomic.Bool
-		leader.hooks.call = func(context.Context) error {
-			if stalled.Load() {
-				return errors.New("stalled by the test")
-			}
-			return nil
-		}
-		follower.hooks.call = func(context.Context) error {
-			if followerStalled.Load() {
-				return errors.New("stalled by the test")
-			}
-			return nil
-		}
+		stallWhile(leader, &stalled)
+		stallWhile(follower, &followerStalled)
 		walked := func(g *Group) (listed []string, resting int) {
 			g.box.lock()
 			defer g.box.unlock()

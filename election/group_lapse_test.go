@@ -129,12 +129,7 @@ func newLapsingGroup(t *testing.T, db *gorm.DB, n int, expire time.Duration) *la
 	if err != nil {
 		t.Fatalf("NewGroup: %v", err)
 	}
-	g.hooks.call = func(context.Context) error {
-		if lg.stalled.Load() {
-			return errors.New("stalled by the test")
-		}
-		return nil
-	}
+	stallWhile(g, &lg.stalled)
 	lg.g = g
 	return lg
 }

@@ -31,12 +31,7 @@ func newStallable(t *testing.T, ctx context.Context, db *gorm.DB, nss []string, 
 	if err != nil {
 		t.Fatalf("NewGroup: %v", err)
 	}
-	g.hooks.call = func(context.Context) error {
-		if s.stalled.Load() {
-			return errors.New("stalled by the test")
-		}
-		return nil
-	}
+	stallWhile(g, &s.stalled)
 	s.g = g
 	runUntilCleanup(t, ctx, g)
 	return s
@@ -314,4 +309,15 @@ func TestGroupLeadsWhatItsRoundsCanRenew(t *testing.T) {
 			t.Errorf("%d step-downs: the rounds renewed in time, only more slowly (%s)", n, state())
 		}
 	})
+}
+
+// stallWhile fails every database call of g's rounds and attempts while
+// stalled is set.
+func stallWhile(g *Group, stalled *atomic.Bool) {
+	g.hooks.call = func(context.Context) error {
+		if stalled.Load() {
+			return errors.New("stalled by the test")
+		}
+		return nil
+	}
 }
