@@ -169,6 +169,13 @@ func (g *Group) keepActiveLocked(kept int) {
 	a.sorted = kept
 }
 
+// inRound reports whether the round of stamp is for mem: it took mem in,
+// or mem is at rest or in the pool; and mem is not being left. g.box is
+// held.
+func (mem *member) inRound(stamp uint64) bool {
+	return !mem.leaving && (mem.round == stamp || mem.place == placedResting || mem.place == placedPooled)
+}
+
 // failOffLocked hands r, the failure of the round of stamp, to the
 // members at rest or in the pool that it did not read: the round was for
 // them too, and an observer counts its failure in every namespace. Without
@@ -179,7 +186,7 @@ func (g *Group) failOffLocked(stamp uint64, r result) {
 		return
 	}
 	for _, mem := range g.members {
-		if mem.round != stamp && !mem.leaving && (mem.place == placedResting || mem.place == placedPooled) {
+		if mem.round != stamp && mem.inRound(stamp) {
 			mem.m.settleLocked(r)
 		}
 	}
@@ -195,7 +202,7 @@ func (g *Group) sampleLocked(stamp uint64) []string {
 		if len(out) == sampleSize {
 			break
 		}
-		if !mem.leaving && (mem.round == stamp || mem.place == placedResting || mem.place == placedPooled) {
+		if mem.inRound(stamp) {
 			out = append(out, mem.ns)
 		}
 	}

@@ -302,7 +302,7 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	var attempts []*member
 	for _, rs := range out.Seats {
 		mem := g.members[rs.Namespace]
-		if mem == nil || mem.round != stamp && mem.place != placedResting && mem.place != placedPooled || mem.leaving {
+		if mem == nil || !mem.inRound(stamp) {
 			continue // not in this round (nor at rest or in the pool), or left, or being left, since
 		}
 		s := seat{now: out.Now, exists: rs.Exists, term: rs.Term, expires: rs.Expires.Time, acquired: rs.Acquired.Time}
