@@ -12,11 +12,13 @@ import (
 const prunePiece = 1024
 
 // groupPrune is a Group's prune in progress: the namespaces it has yet to
-// prune, and the time per namespace its last piece took (0: none ran yet).
-// Only the round loop uses it.
+// prune, the time per namespace its last piece took (0: none ran yet), and
+// whether its last piece ran out of time (the rest then waits for the next
+// prune due). Only the round loop uses it.
 type groupPrune struct {
 	rest []string
 	per  time.Duration
+	cut  bool
 }
 
 // pruneLed prunes the namespaces the Group leads, as an Elector does its
@@ -30,14 +32,22 @@ type groupPrune struct {
 // time left allows at the last piece's pace, and goes on after a later
 // round from where it stopped: a round's piece costs three statements and
 // one per expired row, as the whole prune did. A piece cut short at until
-// doubles the pace it is judged by; a round after which not one namespace
-// fits halves it, so that a prune slowed once is tried again.
+// doubles the pace it is judged by, and the rest waits for the next prune
+// due: on a database too busy for a piece to end in time, a piece tried
+// after every round was cut after every round, and the prune's statements,
+// cancelled, took more of the server than the rounds did (40,000
+// namespaces x 16 processes on two cores: docs/performance.md). A round after
+// which not one namespace fits halves the pace, so that a prune slowed
+// once is tried again.
 func (g *Group) pruneLed(ctx context.Context, until time.Time) {
 	p := &g.pruning
-	if len(p.rest) == 0 {
+	if len(p.rest) == 0 || p.cut {
 		if !g.batch.pruneDue() {
 			return
 		}
+		p.cut = false
+	}
+	if len(p.rest) == 0 {
 		g.box.lock()
 		for _, mem := range g.ledLocked() {
 			p.rest = append(p.rest, mem.ns)
@@ -70,9 +80,10 @@ func (g *Group) pruneLed(ctx context.Context, until time.Time) {
 	took := time.Since(began)
 	switch {
 	case err != nil && ctx.Err() == nil && errors.Is(pctx.Err(), context.DeadlineExceeded):
-		// Out of time: the piece again after a later round, judged at
-		// twice the pace.
+		// Out of time: the piece again once the next prune is due,
+		// judged at twice the pace.
 		p.per = max(2*p.per, took/time.Duration(n))
+		p.cut = true
 	case err != nil:
 		// Given up until the next prune is due.
 		g.batch.logPrune(ctx, m, err)
