@@ -23,6 +23,10 @@
 // process per interval, the flaps per minute, the rows written and read,
 // and the time until every namespace was led again.
 //
+// With -activity on PostgreSQL, the program reads pg_stat_activity that
+// often over the whole run and lists the statements found running by
+// kind, with what they waited on: where the server's time goes.
+//
 // DSNs come from SQLELECT_POSTGRES_DSN and SQLELECT_MYSQL_DSN; SQLite uses
 // a file in a temporary directory. On PostgreSQL and MySQL the program
 // measures in a database of its own (-database, created when missing and
@@ -121,6 +125,7 @@ func parent() error {
 	hold := flag.Duration("overload-for", 10*time.Second, "how long -overload-latency lasts")
 	stall := flag.Duration("overload-stall", 0, "after the steady window, stall every connection (through a proxy per process) this long: less than a lease")
 	after := flag.Duration("overload-after", 20*time.Second, "the window measured after the fault ends")
+	activityTick := flag.Duration("activity", 0, "on PostgreSQL, read pg_stat_activity this often over the whole run and list the statements found running by kind, with what they waited on (where the server's time goes); 0: not read")
 	flag.Parse()
 
 	o := options{db: *dbName, expire: *expire, steady: *steady, conns: *conns, trace: *trace,
@@ -133,6 +138,8 @@ func parent() error {
 		return errors.New("-overload-latency, -overload-stall, -overload-for and -overload-after must not be negative")
 	case o.overload.on() && *dbName == "sqlite":
 		return errors.New("-overload-latency and -overload-stall need a server: PostgreSQL or MySQL")
+	case *activityTick < 0 || *activityTick > 0 && *dbName != "postgres":
+		return errors.New("-activity: a positive duration, on PostgreSQL")
 	case *stall >= *expire:
 		fmt.Printf("note: -overload-stall %v is not less than the lease (%v)\n", *stall, *expire)
 	}
@@ -199,6 +206,13 @@ func parent() error {
 		byTable  []string
 		overRows []string
 	)
+	if *activityTick > 0 {
+		found, stop := sampleActivity(ctx, gdb, *activityTick)
+		defer func() {
+			stop()
+			found.print(os.Stdout, *activityTick)
+		}()
+	}
 	fmt.Println("| M | P | balance | cold start to all led | flaps (leaderships started; new terms) | statements/s | per process per interval | rows written per interval | rows read per interval | connections | CPU per process | max led (share) | failover of a killed process | overlaps |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, m := range ints(*nsList) {
