@@ -100,16 +100,10 @@ func (a *activity) print(w io.Writer, tick time.Duration) {
 	}
 	fmt.Fprintln(w, "| statement | share of those found | on CPU | waiting on (most found) |")
 	fmt.Fprintln(w, "|---|---|---|---|")
-	kinds := slices.SortedFunc(maps.Keys(a.byKind), func(x, y string) int {
-		return cmp.Or(cmp.Compare(a.byKind[y], a.byKind[x]), strings.Compare(x, y))
-	})
-	for _, k := range kinds {
+	for _, k := range mostFirst(a.byKind) {
 		n, waits := a.byKind[k], a.byWait[k]
-		top := slices.SortedFunc(maps.Keys(waits), func(x, y string) int {
-			return cmp.Or(cmp.Compare(waits[y], waits[x]), strings.Compare(x, y))
-		})
 		var most []string
-		for _, wt := range top {
+		for _, wt := range mostFirst(waits) {
 			if wt != "CPU" && len(most) < 3 {
 				most = append(most, fmt.Sprintf("%s %.0f %%", wt, 100*float64(waits[wt])/float64(n)))
 			}
@@ -117,4 +111,12 @@ func (a *activity) print(w io.Writer, tick time.Duration) {
 		fmt.Fprintf(w, "| `%s` | %.1f %% | %.0f %% | %s |\n", strings.ReplaceAll(k, "|", `\|`), 100*float64(n)/float64(total),
 			100*float64(waits["CPU"])/float64(n), strings.Join(most, ", "))
 	}
+}
+
+// mostFirst returns the keys of counts, the largest count first (ties by
+// key).
+func mostFirst(counts map[string]int) []string {
+	return slices.SortedFunc(maps.Keys(counts), func(x, y string) int {
+		return cmp.Or(cmp.Compare(counts[y], counts[x]), strings.Compare(x, y))
+	})
 }
