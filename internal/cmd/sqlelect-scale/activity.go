@@ -25,14 +25,13 @@ import (
 type activity struct {
 	mu      sync.Mutex
 	reads   int                       // readings of pg_stat_activity
-	byKind  map[string]int            // statements found running, by kind
-	byWait  map[string]map[string]int // and by what they waited on
+	byWait  map[string]map[string]int // statements found running, by kind, then by what they waited on
 	stopped chan struct{}
 }
 
 // sampleActivity reads pg_stat_activity every tick until stop is called.
 func sampleActivity(ctx context.Context, db *gorm.DB, tick time.Duration) (a *activity, stop func()) {
-	a = &activity{byKind: map[string]int{}, byWait: map[string]map[string]int{}, stopped: make(chan struct{})}
+	a = &activity{byWait: map[string]map[string]int{}, stopped: make(chan struct{})}
 	ctx, cancel := context.WithCancel(ctx)
 	go func() {
 		defer close(a.stopped)
@@ -48,7 +47,8 @@ func sampleActivity(ctx context.Context, db *gorm.DB, tick time.Duration) (a *ac
 				Wait  string
 				Query string
 			}
-			// Another reading fails only when the run is ending.
+			// A reading that fails (the run ending, a server too busy
+			// to answer in a tick's time) is left out, not counted.
 			if err := db.WithContext(ctx).Raw("SELECT COALESCE(wait_event_type || ' ' || wait_event, 'CPU') AS wait, LEFT(query, 120) AS query " +
 				"FROM pg_stat_activity WHERE datname = current_database() AND state = 'active' AND pid <> pg_backend_pid()").
 				Scan(&rows).Error; err != nil {
@@ -58,7 +58,6 @@ func sampleActivity(ctx context.Context, db *gorm.DB, tick time.Duration) (a *ac
 			a.reads++
 			for _, r := range rows {
 				k := statementKind(r.Query)
-				a.byKind[k]++
 				if a.byWait[k] == nil {
 					a.byWait[k] = map[string]int{}
 				}
@@ -90,9 +89,12 @@ func statementKind(q string) string {
 func (a *activity) print(w io.Writer, tick time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	total := 0
-	for _, n := range a.byKind {
-		total += n
+	byKind, total := map[string]int{}, 0
+	for k, waits := range a.byWait {
+		for _, n := range waits {
+			byKind[k] += n
+			total += n
+		}
 	}
 	fmt.Fprintf(w, "\nStatements found running (pg_stat_activity every %v over the whole run: %d readings, %d statements):\n\n", tick, a.reads, total)
 	if total == 0 {
@@ -100,8 +102,8 @@ func (a *activity) print(w io.Writer, tick time.Duration) {
 	}
 	fmt.Fprintln(w, "| statement | share of those found | on CPU | waiting on (most found) |")
 	fmt.Fprintln(w, "|---|---|---|---|")
-	for _, k := range mostFirst(a.byKind) {
-		n, waits := a.byKind[k], a.byWait[k]
+	for _, k := range mostFirst(byKind) {
+		n, waits := byKind[k], a.byWait[k]
 		var most []string
 		for _, wt := range mostFirst(waits) {
 			if wt != "CPU" && len(most) < 3 {

@@ -19,8 +19,7 @@ func TestStatementKind(t *testing.T) {
 }
 
 func TestActivityPrint(t *testing.T) {
-	a := &activity{reads: 3, byKind: map[string]int{"Group round": 3, "SELECT 1": 1},
-		byWait: map[string]map[string]int{"Group round": {"CPU": 2, "IO WALSync": 1}, "SELECT 1": {"CPU": 1}}}
+	a := &activity{reads: 3, byWait: map[string]map[string]int{"Group round": {"CPU": 2, "IO WALSync": 1}, "SELECT 1": {"CPU": 1}}}
 	var b strings.Builder
 	a.print(&b, 100*time.Millisecond)
 	for _, want := range []string{"3 readings, 4 statements", "| `Group round` | 75.0 % | 67 % | IO WALSync 33 % |", "| `SELECT 1` | 25.0 % | 100 % |  |"} {
