@@ -27,6 +27,11 @@
 // often over the whole run and lists the statements found running by
 // kind, with what they waited on: where the server's time goes.
 //
+// With -vacuum on PostgreSQL, the program vacuums the election tables that
+// often over the whole run, as an autovacuum set to visit them that often
+// would: on a server with autovacuum off, every renewal's dead row version
+// otherwise stays until the next size.
+//
 // DSNs come from SQLELECT_POSTGRES_DSN and SQLELECT_MYSQL_DSN; SQLite uses
 // a file in a temporary directory. On PostgreSQL and MySQL the program
 // measures in a database of its own (-database, created when missing and
@@ -125,6 +130,7 @@ func parent() error {
 	hold := flag.Duration("overload-for", 10*time.Second, "how long -overload-latency lasts")
 	stall := flag.Duration("overload-stall", 0, "after the steady window, stall every connection (through a proxy per process) this long: less than a lease")
 	after := flag.Duration("overload-after", 20*time.Second, "the window measured after the fault ends")
+	vacuumTick := flag.Duration("vacuum", 0, "on PostgreSQL, VACUUM the election tables this often over the whole run, as an autovacuum set to visit them that often would (for a server with autovacuum off, or one that visits them once a minute); 0: only before each size")
 	activityTick := flag.Duration("activity", 0, "on PostgreSQL, read pg_stat_activity this often over the whole run and list the statements found running by kind, with what they waited on (where the server's time goes); 0: not read")
 	flag.Parse()
 
@@ -140,6 +146,8 @@ func parent() error {
 		return errors.New("-overload-latency and -overload-stall need a server: PostgreSQL or MySQL")
 	case *activityTick < 0 || *activityTick > 0 && *dbName != "postgres":
 		return errors.New("-activity: a positive duration, on PostgreSQL")
+	case *vacuumTick < 0 || *vacuumTick > 0 && *dbName != "postgres":
+		return errors.New("-vacuum: a positive duration, on PostgreSQL")
 	case *stall >= *expire:
 		fmt.Printf("note: -overload-stall %v is not less than the lease (%v)\n", *stall, *expire)
 	}
@@ -200,6 +208,13 @@ func parent() error {
 		if err := gdb.Raw("SHOW autovacuum").Scan(&av).Error; err == nil && av != "on" {
 			fmt.Printf("autovacuum is %s on this server: the election tables are vacuumed before each size, as autovacuum would keep them\n", av)
 		}
+	}
+	if *vacuumTick > 0 {
+		done, stop := vacuumEvery(ctx, gdb, *vacuumTick)
+		defer func() {
+			stop()
+			done.print(os.Stdout, *vacuumTick)
+		}()
 	}
 	var (
 		points   []point
