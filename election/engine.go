@@ -329,6 +329,7 @@ func (m *machine) stopLocked(why stopWhy, now time.Time) {
 	m.cur = nil
 	m.leading.Store(false)
 	m.box.leading--
+	m.box.stops++
 	m.led = c.lease
 	m.reclaim = 0
 	if why.reason == StopSteppedDown {

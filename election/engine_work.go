@@ -13,8 +13,9 @@ import (
 type box struct {
 	mu       sync.Mutex
 	notes    []func()
-	flushing bool // a goroutine runs the notes
-	leading  int  // the machines leading (a Group's balancing counts them)
+	flushing bool   // a goroutine runs the notes
+	leading  int    // the machines leading (a Group's balancing counts them)
+	stops    uint64 // leaderships ended, ever (a Group's round then takes its mark off their seats: RoundIn.Release)
 }
 
 func (b *box) lock() { b.mu.Lock() }

@@ -171,6 +171,8 @@ type Group struct {
 	beat     time.Time       // the start of the last round that succeeded, so refreshed the member row before it returned
 	ranged   time.Time       // the start of the last round that succeeded and read the range of seats lapsing or freed lately
 	heavy    int             // answered rounds in a row slower than carryLocked allows; a failed round resets it
+	unmarked uint64          // box.stops as of the last round that took the Group's mark off the seats it stopped leading (RoundIn.Release)
+	unsure   bool            // a round failed since: its renewal may have marked a seat the Group does not lead
 	queue    []*member       // free seats of the last round, to try in order
 	scratch  roundScratch    // the round loop's own, outside g.box
 	pruning  groupPrune      // the round loop's own: the prune in pieces (pruneLed)

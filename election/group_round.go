@@ -202,6 +202,10 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	if g.cfg.Balance {
 		in.Sample = g.sampleLocked(stamp)
 	}
+	// The seats whose leadership ended since the last round that did so
+	// lose the Group's mark (PostgreSQL): free_at shows their lease again.
+	stops := g.box.stops
+	in.Release = stops != g.unmarked || g.unsure
 	g.box.unlock()
 	defer func() {
 		g.box.lock()
@@ -257,6 +261,7 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 		g.liveHold = g.clk.Now().Add(g.base.expire)
 	}
 	if err != nil {
+		g.unsure = true
 		for _, mem := range members {
 			mem.m.settleLocked(result{start: start, cause: cause, err: err})
 		}
@@ -267,6 +272,9 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 		g.log.Warn("election: the seats read as renewed outnumber the rows the renewal changed; treating the leases as lost")
 	}
 	g.beat = start
+	if in.Release {
+		g.unmarked, g.unsure = stops, false
+	}
 	if in.Horizon != 0 || g.ranged.IsZero() {
 		g.ranged = start
 	}

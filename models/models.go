@@ -107,8 +107,18 @@ type Leader struct {
 	// FreeAt is when the seat is or became free: the lease's end while
 	// held, the vacate while vacant (schema version 3). The database
 	// computes it; a Group's round reads through its index the seats that
-	// lapse or were vacated lately.
+	// lapse or were vacated lately. On PostgreSQL (schema version 5) it is
+	// nil while MemberID names the leader, and otherwise the later of the
+	// lease's end and the row's last change.
 	FreeAt *time.Time `gorm:"column:free_at;->;precision:6"`
+	// MemberID (schema version 5) marks a seat whose lease a Group's rounds
+	// renew on PostgreSQL: the Group's member id, equal to LeaderID. Such
+	// a seat lapses with the member row, and the other Groups find it
+	// through that row, so a renewal changes no indexed column and stays a
+	// heap-only update. A Group takes the mark off the seats it stops
+	// renewing; it means nothing once LeaderID differs. Nil on the other
+	// databases.
+	MemberID *uuid.UUID `gorm:"column:member_id;size:36"`
 }
 
 // TableName returns the table the model is stored in.

@@ -131,8 +131,13 @@ func MembersExpired(d Dialect) string {
 }
 
 // PruneMember deletes one member row if it is still expired as
-// MembersExpired judged it: member id, the duration.
+// MembersExpired judged it: member id, the duration. On PostgreSQL the
+// seats still marked as the member's lose the mark with it (MemberGone).
 func PruneMember(d Dialect) string {
+	if _, ok := d.(postgres); ok {
+		when := " AND expires_at < clock_timestamp() + CAST($2 AS bigint) * interval '1 microsecond'"
+		return finish(d, unmark("$1", when)+"DELETE FROM election_members WHERE member_id = $1"+when)
+	}
 	return finish(d, "DELETE FROM election_members WHERE member_id = ? AND expires_at < "+d.(pieces).nowPlus())
 }
 

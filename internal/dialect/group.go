@@ -2,6 +2,7 @@ package dialect
 
 import (
 	"context"
+	"encoding/json"
 	"math"
 	"strconv"
 	"strings"
@@ -61,6 +62,11 @@ type RoundIn struct {
 	// Sample are, with Balance, the namespaces whose live candidates are
 	// counted; none without.
 	Sample []string
+	// Release (PostgreSQL) takes the member's mark off the seats it holds
+	// but does not renew in this round (schema version 5): set it when
+	// the Group stopped leading a seat since its last round that
+	// succeeded, or a round failed (its renewal may have landed).
+	Release bool
 }
 
 // RoundSeat is a seat as a round read it.
@@ -110,14 +116,18 @@ func GroupRound(ctx context.Context, conn gorm.ConnPool, d Dialect, in RoundIn) 
 	out := RoundOut{Renewed: map[string]time.Time{}}
 	p := d.(pieces)
 	if _, ok := d.(postgres); ok {
-		nss, terms := make([]string, len(in.Held)), make([]int64, len(in.Held))
+		nss, terms := make([]string, len(in.Held)), make(map[string]int64, len(in.Held))
 		for i, h := range in.Held {
-			nss[i], terms[i] = h.Namespace, h.Term
+			nss[i], terms[h.Namespace] = h.Namespace, h.Term
+		}
+		byNamespace, err := json.Marshal(terms)
+		if err != nil {
+			return out, err
 		}
 		out.Sent = time.Now()
 		rows, err := conn.QueryContext(ctx, pgRound(d, in.Joined), in.Member, in.Hostname, int64(in.PID), in.Label,
-			d.DurationArg(in.Expire), TextArray(in.Join), TextArray(nss), Int64Array(terms),
-			d.DurationArg(in.Horizon), TextArray(in.Sample), TextArray(in.Read), d.DurationArg(-in.Lapsed))
+			d.DurationArg(in.Expire), TextArray(in.Join), TextArray(nss), string(byNamespace),
+			d.DurationArg(in.Horizon), TextArray(in.Sample), TextArray(in.Read), d.DurationArg(-in.Lapsed), in.Release)
 		if err != nil {
 			return out, err
 		}
@@ -354,74 +364,6 @@ func GroupRoundNamespaces(q string) (n int, ok bool) {
 	return n, true
 }
 
-// pgRound is the whole round on PostgreSQL, one statement whose
-// data-modifying WITH items share one reading of the clock. Its text
-// depends on the number of namespaces only through its leading comment:
-// they travel as arrays. Parameters: member id, hostname, pid, label,
-// expiry window; the namespaces to join; the held leases' namespaces and
-// terms; the horizon; the sampled namespaces; those read whatever their
-// state; the time since a lease ended (negative). The namespaces joined
-// are not sent: the range reads the seats of those where the member has
-// a candidate row (one probe of its key for each seat in the range), so
-// a round costs the seats it reads, not every namespace the Group joined
-// (BenchmarkGroupRound at 10,000 namespaces: 19.2-20.6 ms a round against
-// 21.8-23.1 ms when they were sent). The candidate rows this statement
-// writes are not in its snapshot: the range takes the namespaces it
-// joins from their array.
-//
-// The seats are read from the statement's snapshot, taken before the
-// renewal touched any row: a seat vacated by a transaction that committed
-// while the renewal waited for its row lock still reads as held, and the
-// renewal, which checks the row again once the lock is granted, skips it.
-// Only the renewal's expiry, in its own column, says a lease was renewed.
-func pgRound(d Dialect, n int) string {
-	until := "c.n + CAST($5 AS bigint) * interval '1 microsecond'"
-	return finish(d, roundTag+strconv.Itoa(n)+" namespaces */ WITH c AS (SELECT clock_timestamp() AS n), "+
-		"m AS (INSERT INTO election_members (member_id, hostname, pid, label, registered_at, last_heartbeat_at, expires_at) "+
-		"SELECT $1, CAST($2 AS text), CAST($3 AS bigint), CAST($4 AS text), c.n, c.n, "+until+" FROM c "+
-		onConflictUpdate([]string{"member_id"}, memberKeep)+"), "+
-		"j AS ("+insertMemberCandidate+"SELECT v.ns, $1, c.n, c.n, c.n, CAST($2 AS text), CAST($3 AS bigint), CAST($4 AS text), $1 "+
-		"FROM c, unnest(CAST($6 AS text[])) AS v(ns) "+onConflictUpdate(candidateKey, joinKeep)+"), "+
-		"r AS (UPDATE election_leaders AS u SET lease_expires_at = "+until+", updated_at = c.n "+
-		"FROM c, unnest(CAST($7 AS text[]), CAST($8 AS bigint[])) AS t(ns, term) "+
-		"WHERE u.namespace = t.ns AND u.term = t.term AND u.leader_id = $1 AND u.lease_expires_at > c.n "+
-		"RETURNING u.namespace, u.lease_expires_at), "+
-		// Counted once, in a WITH item of its own: as a subquery of the
-		// SELECT list it would be counted again for every seat. Each
-		// sampled namespace is counted by itself (LATERAL), so that its
-		// rows are found through the primary key, whatever the planner
-		// estimates of the array: a join may scan every candidate row.
-		"k AS (SELECT COALESCE(MAX(x.k), 0) + 1 AS n FROM c, unnest(CAST($10 AS text[])) AS a(ns) "+
-		"CROSS JOIN LATERAL (SELECT COUNT(*) AS k FROM election_candidates e"+withMember("e")+
-		" WHERE e.namespace = a.ns AND "+liveCandidate("e", "c.n")+" AND e.candidate_id <> $1) x), "+
-		// The seats whose lease ends within the horizon, or that became
-		// free a short while ago (lapsed or vacated), found through the
-		// index on free_at without visiting the others (the statement's
-		// time, stable, can bound an index scan; the clock's cannot), then
-		// those read whatever their state, by key. Of the range, only
-		// the namespaces the member has a candidate row in, or joins now.
-		// OFFSET 0 keeps the range a scan of its own, and the EXISTS a
-		// probe of one key per seat: without it, for a range of some
-		// thousands of seats (an overload, a crashed process's leases
-		// lapsing together) the planner hashes every candidate row of
-		// the member instead, a scan of the whole table (at 40,000 x 16,
-		// 640,000 rows in each round of each process).
-		"s AS (SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at FROM (SELECT * FROM election_leaders "+
-		"WHERE free_at > statement_timestamp() + CAST($12 AS bigint) * interval '1 microsecond' "+
-		"AND free_at < statement_timestamp() + CAST($9 AS bigint) * interval '1 microsecond' OFFSET 0) l "+
-		"WHERE (EXISTS (SELECT 1 FROM election_candidates e WHERE e.namespace = l.namespace AND e.candidate_id = $1 OFFSET 0) "+
-		"OR l.namespace IN (SELECT unnest(CAST($6 AS text[])))) "+
-		"UNION SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at "+
-		"FROM election_leaders l WHERE l.namespace = ANY(CAST($11 AS text[]))), "+
-		// The member row as it was before m refreshed it (the snapshot):
-		// live, or expired for less than a window, it kept the
-		// candidate rows from any prune.
-		"o AS (SELECT COUNT(*) AS n FROM c, election_members e WHERE e.member_id = $1 "+
-		"AND e.expires_at >= c.n - CAST($5 AS bigint) * interval '1 microsecond') "+
-		"SELECT c.n, s.namespace, s.leader_id, s.term, s.lease_expires_at, s.acquired_at, r.lease_expires_at, k.n, o.n "+
-		"FROM c CROSS JOIN k CROSS JOIN o LEFT JOIN s ON true LEFT JOIN r ON r.namespace = s.namespace")
-}
-
 // MemberRows lists the namespaces where a member has a candidate row that
 // points to its member row: member id (a Group's candidate rows carry
 // its member id as their candidate id). A Group reads them after a
@@ -441,8 +383,25 @@ func MemberRows(d Dialect) string {
 
 // MemberGone deletes a member row: member id. A Group that stops deletes
 // it after its candidate rows.
+//
+// On PostgreSQL the seats still marked as the member's (schema version 5:
+// a vacate that failed, a lease left to lapse) lose the mark in the same
+// statement: without its member row, nothing else would find them.
 func MemberGone(d Dialect) string {
+	if _, ok := d.(postgres); ok {
+		return finish(d, unmark("$1", "")+"DELETE FROM election_members WHERE member_id = $1")
+	}
 	return finish(d, "DELETE FROM election_members WHERE member_id = ?")
+}
+
+// unmark begins a PostgreSQL statement that deletes member rows: a WITH
+// item that takes the member's mark off the seats it held (schema version
+// 5), so that their lease's end is in free_at again, where a Group's round
+// finds it. member is the member id's parameter; when is a further
+// condition on the member row.
+func unmark(member, when string) string {
+	return "WITH u AS (UPDATE election_leaders SET member_id = NULL, updated_at = clock_timestamp() WHERE member_id = " + member +
+		" AND EXISTS (SELECT 1 FROM election_members WHERE member_id = " + member + when + ")) "
 }
 
 func anyStrings(ss []string) []any {

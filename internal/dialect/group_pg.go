@@ -1,0 +1,100 @@
+package dialect
+
+import "strconv"
+
+// pgRound is the whole round on PostgreSQL, one statement whose
+// data-modifying WITH items share one reading of the clock. Its text
+// depends on the number of namespaces only through its leading comment:
+// they travel as arrays. Parameters: member id, hostname, pid, label,
+// expiry window; the namespaces to join; the held leases' namespaces, and
+// their terms as a JSON object keyed by namespace; the horizon; the
+// sampled namespaces; those read whatever their state; the time since a
+// lease ended (negative); whether to take the member's mark off the seats
+// it does not renew (RoundIn.Release). The namespaces joined
+// are not sent: the range reads the seats of those where the member has
+// a candidate row (one probe of its key for each seat in the range), so
+// a round costs the seats it reads, not every namespace the Group joined
+// (BenchmarkGroupRound at 10,000 namespaces: 19.2-20.6 ms a round against
+// 21.8-23.1 ms when they were sent). The candidate rows this statement
+// writes are not in its snapshot: the range takes the namespaces it
+// joins from their array.
+//
+// The seats are read from the statement's snapshot, taken before the
+// renewal touched any row: a seat vacated by a transaction that committed
+// while the renewal waited for its row lock still reads as held, and the
+// renewal, which checks the row again once the lock is granted, skips it.
+// Only the renewal's expiry, in its own column, says a lease was renewed.
+func pgRound(d Dialect, n int) string {
+	until := "c.n + CAST($5 AS bigint) * interval '1 microsecond'"
+	return finish(d, roundTag+strconv.Itoa(n)+" namespaces */ WITH c AS (SELECT clock_timestamp() AS n, CAST($8 AS jsonb) AS terms), "+
+		"m AS (INSERT INTO election_members (member_id, hostname, pid, label, registered_at, last_heartbeat_at, expires_at) "+
+		"SELECT $1, CAST($2 AS text), CAST($3 AS bigint), CAST($4 AS text), c.n, c.n, "+until+" FROM c "+
+		onConflictUpdate([]string{"member_id"}, memberKeep)+"), "+
+		"j AS ("+insertMemberCandidate+"SELECT v.ns, $1, c.n, c.n, c.n, CAST($2 AS text), CAST($3 AS bigint), CAST($4 AS text), $1 "+
+		"FROM c, unnest(CAST($6 AS text[])) AS v(ns) "+onConflictUpdate(candidateKey, joinKeep)+"), "+
+		// The renewal marks each seat as the member's (member_id), which
+		// the first renewal of a term changes and the others rewrite
+		// unchanged: no indexed column changes, so a renewal is a
+		// heap-only update, with no new index entry (schema version 5).
+		// Its seats are found by key (namespace = ANY, one probe of the
+		// primary key each, whether the plan is generic or made for the
+		// arrays given) and each one's term is looked up in a JSON
+		// object, parsed once: joined to the arrays instead, the planner
+		// chose a scan of every seat as soon as the table was compact
+		// (its renewals leaving no dead rows behind), and a generic plan
+		// of the same join with namespace = ANY compared every seat with
+		// every namespace.
+		"r AS (UPDATE election_leaders AS u SET lease_expires_at = "+until+", updated_at = c.n, member_id = $1 "+
+		"FROM c WHERE u.namespace = ANY(CAST($7 AS text[])) AND u.term = CAST(c.terms ->> u.namespace AS bigint) "+
+		"AND u.leader_id = $1 AND u.lease_expires_at > c.n "+
+		"RETURNING u.namespace, u.lease_expires_at), "+
+		// With $13, the seats marked as the member's that it does not
+		// renew now lose the mark: their lease's end is in free_at again,
+		// where the others find it. Only the member's own marked seats
+		// are read, through their index.
+		"x AS (UPDATE election_leaders AS u SET member_id = NULL, updated_at = c.n FROM c "+
+		"WHERE CAST($13 AS boolean) AND u.member_id = $1 AND NOT EXISTS (SELECT 1 FROM unnest(CAST($7 AS text[])) AS h(ns) WHERE h.ns = u.namespace)), "+
+		// Counted once, in a WITH item of its own: as a subquery of the
+		// SELECT list it would be counted again for every seat. Each
+		// sampled namespace is counted by itself (LATERAL), so that its
+		// rows are found through the primary key, whatever the planner
+		// estimates of the array: a join may scan every candidate row.
+		"k AS (SELECT COALESCE(MAX(x.k), 0) + 1 AS n FROM c, unnest(CAST($10 AS text[])) AS a(ns) "+
+		"CROSS JOIN LATERAL (SELECT COUNT(*) AS k FROM election_candidates e"+withMember("e")+
+		" WHERE e.namespace = a.ns AND "+liveCandidate("e", "c.n")+" AND e.candidate_id <> $1) x), "+
+		// The seats whose lease ends within the horizon, or that became
+		// free a short while ago (lapsed or vacated), found through the
+		// index on free_at without visiting the others (the statement's
+		// time, stable, can bound an index scan; the clock's cannot), then
+		// those read whatever their state, by key. Of the range, only
+		// the namespaces the member has a candidate row in, or joins now.
+		// OFFSET 0 keeps the range a scan of its own, and the EXISTS a
+		// probe of one key per seat: without it, for a range of some
+		// thousands of seats (an overload, a crashed process's leases
+		// lapsing together) the planner hashes every candidate row of
+		// the member instead, a scan of the whole table (at 40,000 x 16,
+		// 640,000 rows in each round of each process).
+		"s AS (SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at FROM (SELECT * FROM election_leaders "+
+		"WHERE free_at > statement_timestamp() + CAST($12 AS bigint) * interval '1 microsecond' "+
+		"AND free_at < statement_timestamp() + CAST($9 AS bigint) * interval '1 microsecond' OFFSET 0) l "+
+		"WHERE (EXISTS (SELECT 1 FROM election_candidates e WHERE e.namespace = l.namespace AND e.candidate_id = $1 OFFSET 0) "+
+		"OR l.namespace IN (SELECT unnest(CAST($6 AS text[])))) "+
+		// A seat a Group renews has no free_at: it lapses with that
+		// Group's member row, so the member rows that lapse within the
+		// same bounds lead to their seats (the index on member_id).
+		"UNION SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at FROM (SELECT member_id FROM election_members "+
+		"WHERE expires_at > statement_timestamp() + CAST($12 AS bigint) * interval '1 microsecond' "+
+		"AND expires_at < statement_timestamp() + CAST($9 AS bigint) * interval '1 microsecond' AND member_id <> $1 OFFSET 0) mm "+
+		"JOIN election_leaders l ON l.member_id = mm.member_id AND l.leader_id = mm.member_id "+
+		"WHERE (EXISTS (SELECT 1 FROM election_candidates e WHERE e.namespace = l.namespace AND e.candidate_id = $1 OFFSET 0) "+
+		"OR l.namespace IN (SELECT unnest(CAST($6 AS text[])))) "+
+		"UNION SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at "+
+		"FROM election_leaders l WHERE l.namespace = ANY(CAST($11 AS text[]))), "+
+		// The member row as it was before m refreshed it (the snapshot):
+		// live, or expired for less than a window, it kept the
+		// candidate rows from any prune.
+		"o AS (SELECT COUNT(*) AS n FROM c, election_members e WHERE e.member_id = $1 "+
+		"AND e.expires_at >= c.n - CAST($5 AS bigint) * interval '1 microsecond') "+
+		"SELECT c.n, s.namespace, s.leader_id, s.term, s.lease_expires_at, s.acquired_at, r.lease_expires_at, k.n, o.n "+
+		"FROM c CROSS JOIN k CROSS JOIN o LEFT JOIN s ON true LEFT JOIN r ON r.namespace = s.namespace")
+}

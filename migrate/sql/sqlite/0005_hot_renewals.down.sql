@@ -1,0 +1,1 @@
+ALTER TABLE election_leaders DROP COLUMN member_id;

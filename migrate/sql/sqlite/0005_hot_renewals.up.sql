@@ -1,0 +1,4 @@
+-- The seat's member mark, which PostgreSQL's Group rounds keep (there, a
+-- Group's renewals change no indexed column). SQLite leaves it NULL; the
+-- column keeps the tables alike on every database.
+ALTER TABLE election_leaders ADD COLUMN member_id TEXT;
