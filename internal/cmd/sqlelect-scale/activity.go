@@ -23,18 +23,47 @@ import (
 // server's time goes, which the row counts do not: a statement cancelled
 // at its deadline reads rows that pg_stat_user_tables never counts.
 type activity struct {
-	mu      sync.Mutex
-	reads   int                       // readings of pg_stat_activity
-	byWait  map[string]map[string]int // statements found running, by kind, then by what they waited on
-	stopped chan struct{}
+	mu     sync.Mutex
+	reads  int                       // readings of pg_stat_activity
+	byWait map[string]map[string]int // statements found running, by kind, then by what they waited on
 }
 
 // sampleActivity reads pg_stat_activity every tick until stop is called.
 func sampleActivity(ctx context.Context, db *gorm.DB, tick time.Duration) (a *activity, stop func()) {
-	a = &activity{byWait: map[string]map[string]int{}, stopped: make(chan struct{})}
+	a = &activity{byWait: map[string]map[string]int{}}
+	return a, every(ctx, tick, func(ctx context.Context) {
+		var rows []struct {
+			Wait  string
+			Query string
+		}
+		// A reading that fails (the run ending, a server too busy to
+		// answer in a tick's time) is left out, not counted.
+		if err := db.WithContext(ctx).Raw("SELECT COALESCE(wait_event_type || ' ' || wait_event, 'CPU') AS wait, LEFT(query, 120) AS query " +
+			"FROM pg_stat_activity WHERE datname = current_database() AND state = 'active' AND pid <> pg_backend_pid()").
+			Scan(&rows).Error; err != nil {
+			return
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.reads++
+		for _, r := range rows {
+			k := statementKind(r.Query)
+			if a.byWait[k] == nil {
+				a.byWait[k] = map[string]int{}
+			}
+			a.byWait[k][r.Wait]++
+		}
+	})
+}
+
+// every runs fn every tick, one call at a time, until the returned stop
+// is called; stop returns once the last call ended. fn's context ends
+// with stop.
+func every(ctx context.Context, tick time.Duration, fn func(context.Context)) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
+	stopped := make(chan struct{})
 	go func() {
-		defer close(a.stopped)
+		defer close(stopped)
 		t := time.NewTicker(tick)
 		defer t.Stop()
 		for {
@@ -43,30 +72,10 @@ func sampleActivity(ctx context.Context, db *gorm.DB, tick time.Duration) (a *ac
 				return
 			case <-t.C:
 			}
-			var rows []struct {
-				Wait  string
-				Query string
-			}
-			// A reading that fails (the run ending, a server too busy
-			// to answer in a tick's time) is left out, not counted.
-			if err := db.WithContext(ctx).Raw("SELECT COALESCE(wait_event_type || ' ' || wait_event, 'CPU') AS wait, LEFT(query, 120) AS query " +
-				"FROM pg_stat_activity WHERE datname = current_database() AND state = 'active' AND pid <> pg_backend_pid()").
-				Scan(&rows).Error; err != nil {
-				continue
-			}
-			a.mu.Lock()
-			a.reads++
-			for _, r := range rows {
-				k := statementKind(r.Query)
-				if a.byWait[k] == nil {
-					a.byWait[k] = map[string]int{}
-				}
-				a.byWait[k][r.Wait]++
-			}
-			a.mu.Unlock()
+			fn(ctx)
 		}
 	}()
-	return a, func() { cancel(); <-a.stopped }
+	return func() { cancel(); <-stopped }
 }
 
 // statementKind names a statement by its kind: a Group's round whatever

@@ -26,30 +26,17 @@ type vacuums struct {
 	failed  int           // VACUUMs that failed (the run ending, a busy server)
 	took    time.Duration // their total time
 	longest time.Duration
-	stopped chan struct{}
 }
 
 // vacuumEvery vacuums the election tables every tick, one VACUUM at a
 // time, until stop is called.
 func vacuumEvery(ctx context.Context, db *gorm.DB, tick time.Duration) (v *vacuums, stop func()) {
-	v = &vacuums{stopped: make(chan struct{})}
-	ctx, cancel := context.WithCancel(ctx)
-	go func() {
-		defer close(v.stopped)
-		t := time.NewTicker(tick)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			start := time.Now()
-			err := db.WithContext(ctx).Exec("VACUUM " + vacuumTables).Error
-			v.add(time.Since(start), err)
-		}
-	}()
-	return v, func() { cancel(); <-v.stopped }
+	v = &vacuums{}
+	return v, every(ctx, tick, func(ctx context.Context) {
+		start := time.Now()
+		err := db.WithContext(ctx).Exec("VACUUM " + vacuumTables).Error
+		v.add(time.Since(start), err)
+	})
 }
 
 // add counts one VACUUM that took d and ended with err.
