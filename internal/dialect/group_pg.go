@@ -26,6 +26,14 @@ import "strconv"
 // Only the renewal's expiry, in its own column, says a lease was renewed.
 func pgRound(d Dialect, n int) string {
 	until := "c.n + CAST($5 AS bigint) * interval '1 microsecond'"
+	// The range's bounds, on free_at or on a member row's expiry, and the
+	// namespaces of the range that concern the member.
+	within := func(col string) string {
+		return col + " > statement_timestamp() + CAST($12 AS bigint) * interval '1 microsecond' " +
+			"AND " + col + " < statement_timestamp() + CAST($9 AS bigint) * interval '1 microsecond'"
+	}
+	const joined = "WHERE (EXISTS (SELECT 1 FROM election_candidates e WHERE e.namespace = l.namespace AND e.candidate_id = $1 OFFSET 0) " +
+		"OR l.namespace IN (SELECT unnest(CAST($6 AS text[])))) "
 	return finish(d, roundTag+strconv.Itoa(n)+" namespaces */ WITH c AS (SELECT clock_timestamp() AS n, CAST($8 AS jsonb) AS terms), "+
 		"m AS (INSERT INTO election_members (member_id, hostname, pid, label, registered_at, last_heartbeat_at, expires_at) "+
 		"SELECT $1, CAST($2 AS text), CAST($3 AS bigint), CAST($4 AS text), c.n, c.n, "+until+" FROM c "+
@@ -75,19 +83,13 @@ func pgRound(d Dialect, n int) string {
 		// the member instead, a scan of the whole table (at 40,000 x 16,
 		// 640,000 rows in each round of each process).
 		"s AS (SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at FROM (SELECT * FROM election_leaders "+
-		"WHERE free_at > statement_timestamp() + CAST($12 AS bigint) * interval '1 microsecond' "+
-		"AND free_at < statement_timestamp() + CAST($9 AS bigint) * interval '1 microsecond' OFFSET 0) l "+
-		"WHERE (EXISTS (SELECT 1 FROM election_candidates e WHERE e.namespace = l.namespace AND e.candidate_id = $1 OFFSET 0) "+
-		"OR l.namespace IN (SELECT unnest(CAST($6 AS text[])))) "+
+		"WHERE "+within("free_at")+" OFFSET 0) l "+joined+
 		// A seat a Group renews has no free_at: it lapses with that
 		// Group's member row, so the member rows that lapse within the
 		// same bounds lead to their seats (the index on member_id).
 		"UNION SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at FROM (SELECT member_id FROM election_members "+
-		"WHERE expires_at > statement_timestamp() + CAST($12 AS bigint) * interval '1 microsecond' "+
-		"AND expires_at < statement_timestamp() + CAST($9 AS bigint) * interval '1 microsecond' AND member_id <> $1 OFFSET 0) mm "+
-		"JOIN election_leaders l ON l.member_id = mm.member_id AND l.leader_id = mm.member_id "+
-		"WHERE (EXISTS (SELECT 1 FROM election_candidates e WHERE e.namespace = l.namespace AND e.candidate_id = $1 OFFSET 0) "+
-		"OR l.namespace IN (SELECT unnest(CAST($6 AS text[])))) "+
+		"WHERE "+within("expires_at")+" AND member_id <> $1 OFFSET 0) mm "+
+		"JOIN election_leaders l ON l.member_id = mm.member_id AND l.leader_id = mm.member_id "+joined+
 		"UNION SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at "+
 		"FROM election_leaders l WHERE l.namespace = ANY(CAST($11 AS text[]))), "+
 		// The member row as it was before m refreshed it (the snapshot):
