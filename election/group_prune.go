@@ -8,7 +8,8 @@ import (
 )
 
 // prunePiece is the most namespaces a piece of a Group's prune covers
-// (pruneLed): three statements, one more per expired row.
+// (pruneLed): three statements, one more per expired member row (and, on
+// MySQL, MariaDB and TiDB, per expired candidate row: pruneCandidates).
 const prunePiece = 1024
 
 // groupPrune is a Group's prune in progress: the namespaces it has yet to
@@ -30,8 +31,8 @@ type groupPrune struct {
 // window: the Group stepped down from all its seats, and others took
 // them. It runs in pieces instead, one after a round, as large as the
 // time left allows at the last piece's pace, and goes on after a later
-// round from where it stopped: a round's piece costs three statements and
-// one per expired row, as the whole prune did. A piece cut short at until
+// round from where it stopped: a round's piece costs the statements the
+// whole prune did (Election.prune). A piece cut short at until
 // doubles the pace it is judged by, and the rest waits for the next prune
 // due: on a database too busy for a piece to end in time, a piece tried
 // after every round was cut after every round, and the prune's statements,

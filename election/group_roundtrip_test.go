@@ -149,6 +149,8 @@ func isPrune(query string) bool {
 	for _, p := range []string{
 		"SELECT c.namespace, c.candidate_id FROM election_candidates c",
 		"DELETE FROM election_candidates WHERE namespace = ",
+		"WITH b AS MATERIALIZED (SELECT",             // BatchPrune on PostgreSQL
+		"DELETE FROM election_candidates WHERE MAX(", // and on SQLite
 		"SELECT member_id FROM election_members WHERE expires_at <",
 		"DELETE FROM election_members WHERE member_id = ? AND expires_at <",
 		"DELETE FROM election_members WHERE member_id = $1 AND expires_at <",

@@ -23,42 +23,18 @@ func (e *Election) Prune(ctx context.Context, opts ...CallOption) (int, error) {
 }
 
 // prune is Prune in namespaces nss: three statements whatever their
-// number, and one more per expired row, each deleted by its key, so that a
-// candidate that came back since the reading is kept. Expired member rows
+// number, one more per expired member row, and on MySQL, MariaDB and TiDB
+// one more per expired candidate row (pruneCandidates). Expired member rows
 // (of Groups gone) are pruned whatever their namespaces.
 func (e *Election) prune(ctx context.Context, opts []CallOption, nss []string) (int, error) {
 	var n int
 	err := e.autocommit(ctx, "Prune", opts, func(conn gorm.ConnPool, _ bool) error {
 		n = 0
-		args := append(anyArgs(nss), e.d.DurationArg(-e.expire))
-		rows, err := conn.QueryContext(ctx, dialect.BatchExpired(e.d, len(nss)), args...)
+		window := e.d.DurationArg(-e.expire)
+		m, err := e.pruneCandidates(ctx, conn, nss)
+		n += m
 		if err != nil {
 			return err
-		}
-		type key struct {
-			ns string
-			id uuid.UUID
-		}
-		var expired []key
-		for rows.Next() {
-			var k key
-			if err := rows.Scan(&k.ns, &k.id); err != nil {
-				rows.Close()
-				return err
-			}
-			expired = append(expired, k)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		window := e.d.DurationArg(-e.expire)
-		for _, k := range expired {
-			m, err := affected(conn.ExecContext(ctx, e.q.Prune, k.ns, k.id, window, window))
-			if err != nil {
-				return err
-			}
-			n += int(m)
 		}
 		// The member rows of Groups gone for as long (their candidate
 		// rows, once their own, are pruned by then or on a later prune).
@@ -73,12 +49,56 @@ func (e *Election) prune(ctx context.Context, opts []CallOption, nss []string) (
 			}
 			n += int(m)
 		}
-		args[len(args)-1] = e.d.DurationArg(-e.retention)
-		m, err := affected(conn.ExecContext(ctx, dialect.BatchPruneHistory(e.d, len(nss)), args...))
-		n += int(m)
+		args := append(anyArgs(nss), e.d.DurationArg(-e.retention))
+		h, err := affected(conn.ExecContext(ctx, dialect.BatchPruneHistory(e.d, len(nss)), args...))
+		n += int(h)
 		return err
 	})
 	return n, err
+}
+
+// pruneCandidates deletes the candidate rows of nss expired for longer than
+// an expiry window and returns how many it deleted: one statement on
+// PostgreSQL and SQLite, which judges every row again as it deletes it
+// (BatchPrune); on MySQL, MariaDB and TiDB a reading of the expired rows
+// and one statement per row, each deleted by its key, so that a candidate
+// that came back since the reading is kept and no range is locked.
+func (e *Election) pruneCandidates(ctx context.Context, conn gorm.ConnPool, nss []string) (int, error) {
+	if q, args, ok := dialect.BatchPrune(e.d, nss, -e.expire); ok {
+		m, err := affected(conn.ExecContext(ctx, q, args...))
+		return int(m), err
+	}
+	window := e.d.DurationArg(-e.expire)
+	rows, err := conn.QueryContext(ctx, dialect.BatchExpired(e.d, len(nss)), append(anyArgs(nss), window)...)
+	if err != nil {
+		return 0, err
+	}
+	type key struct {
+		ns string
+		id uuid.UUID
+	}
+	var expired []key
+	for rows.Next() {
+		var k key
+		if err := rows.Scan(&k.ns, &k.id); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		expired = append(expired, k)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, k := range expired {
+		m, err := affected(conn.ExecContext(ctx, e.q.Prune, k.ns, k.id, window, window))
+		if err != nil {
+			return n, err
+		}
+		n += int(m)
+	}
+	return n, nil
 }
 
 // scanIDs runs query, whose rows are one id each, into ids.

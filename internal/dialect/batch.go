@@ -108,19 +108,45 @@ const joinBinds = 6
 // parameters are the n namespaces, then the duration (negative: rows
 // expired for longer than it). Rows: namespace, candidate_id. Each is then
 // deleted by its primary key with Prune, so that a candidate that came back
-// since is kept and no range is locked. On PostgreSQL each namespace is
-// read by itself (LATERAL, OFFSET 0 so that it is not made a join),
-// through the primary key: for a Group's led namespaces, a share of the
-// table, the planner would scan it all.
+// since is kept and no range is locked: on MySQL, MariaDB and TiDB, where
+// BatchPrune does not apply.
 func BatchExpired(d Dialect, n int) string {
-	expired := candidateTime("c", "expires_at") + " < " + d.(pieces).nowPlus()
-	if _, ok := d.(postgres); ok {
-		return finish(d, "SELECT x.namespace, x.candidate_id FROM (VALUES "+strings.Repeat("(CAST(? AS text)), ", n-1)+"(CAST(? AS text))) AS a(ns) "+
-			"CROSS JOIN LATERAL (SELECT c.namespace, c.candidate_id FROM election_candidates c"+withMember("c")+
-			" WHERE c.namespace = a.ns AND "+expired+" OFFSET 0) x")
-	}
 	return finish(d, "SELECT c.namespace, c.candidate_id FROM election_candidates c"+withMember("c")+" WHERE c.namespace IN ("+marks(n)+
-		") AND "+expired)
+		") AND "+candidateTime("c", "expires_at")+" < "+d.(pieces).nowPlus())
+}
+
+// BatchPrune deletes, in one statement, the candidate rows of the
+// namespaces nss that expired before the database clock plus window
+// (negative: rows expired for longer than it), as BatchExpired lists them
+// and Prune deletes them one by one, and returns it with its arguments. A
+// row is judged again as it is deleted, by its own expiry and its member
+// row's: a candidate that came back, or a Group whose member row was
+// refreshed, since the statement began is kept, as Prune keeps it. ok is
+// false on MySQL, MariaDB and TiDB, which read with BatchExpired and
+// delete by key with Prune, so that no range is locked.
+//
+// On PostgreSQL each namespace is read by itself through the primary key
+// (LATERAL, as in BatchExpired) from one array parameter, so that the
+// statement's text is the same for any number of namespaces, and the rows
+// found are deleted by their row ids; the bound is read once, before the
+// rows. On SQLite, which writes one transaction at a time, the rows are
+// deleted where they are found.
+func BatchPrune(d Dialect, nss []string, window time.Duration) (q string, args []any, ok bool) {
+	expired := " < (SELECT t FROM b)"
+	switch d.(type) {
+	case postgres:
+		return finish(d, "WITH b AS MATERIALIZED (SELECT "+d.(pieces).nowPlus()+" AS t) "+
+				"DELETE FROM election_candidates d WHERE d.ctid = ANY (ARRAY(SELECT x.ctid FROM unnest(CAST(? AS text[])) AS a(ns) "+
+				"CROSS JOIN LATERAL (SELECT c.ctid FROM election_candidates c"+withMember("c")+
+				" WHERE c.namespace = a.ns AND "+candidateTime("c", "expires_at")+expired+" OFFSET 0) x)) "+
+				"AND GREATEST(d.expires_at, (SELECT m.expires_at FROM election_members m WHERE m.member_id = d.member_id))"+expired),
+			[]any{d.DurationArg(window), TextArray(nss)}, true
+	case sqlite:
+		return finish(d, "DELETE FROM election_candidates WHERE MAX(expires_at, COALESCE((SELECT m.expires_at FROM election_members m "+
+				"WHERE m.member_id = election_candidates.member_id), expires_at)) < "+d.(pieces).nowPlus()+" AND namespace IN ("+marks(len(nss))+")"),
+			append([]any{d.DurationArg(window)}, anyStrings(nss)...), true
+	}
+	return "", nil, false
 }
 
 // MembersExpired lists the member rows that expired before the database

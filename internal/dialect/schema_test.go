@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestInSchemaQualifiesEveryStatement: every statement of a schema's
@@ -31,7 +32,8 @@ func TestInSchemaQualifiesEveryStatement(t *testing.T) {
 		}
 	}
 	renew := d.(postgres).renewSQL()
-	all = append(all, renew, BatchRenew(d, 2), BatchUnregister(d, 2), BatchExpired(d, 2), MembersExpired(d), PruneMember(d),
+	prune, _, _ := BatchPrune(d, []string{"a", "b"}, -time.Second)
+	all = append(all, renew, BatchRenew(d, 2), BatchUnregister(d, 2), BatchExpired(d, 2), prune, MembersExpired(d), PruneMember(d),
 		MemberGone(d), pgRound(d, 2))
 	m := reflect.ValueOf(Migrations(d)).Elem()
 	for i := 0; i < m.NumField(); i++ {
