@@ -49,8 +49,8 @@ func (e *Election) prune(ctx context.Context, opts []CallOption, nss []string) (
 			}
 			n += int(m)
 		}
-		args := append(anyArgs(nss), e.d.DurationArg(-e.retention))
-		h, err := affected(conn.ExecContext(ctx, dialect.BatchPruneHistory(e.d, len(nss)), args...))
+		q, args := dialect.BatchPruneHistory(e.d, nss, -e.retention)
+		h, err := affected(conn.ExecContext(ctx, q, args...))
 		n += int(h)
 		return err
 	})

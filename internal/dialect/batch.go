@@ -167,24 +167,27 @@ func PruneMember(d Dialect) string {
 	return finish(d, "DELETE FROM election_members WHERE member_id = ? AND expires_at < "+d.(pieces).nowPlus())
 }
 
-// BatchPruneHistory deletes the terms of n namespaces that ended before the
-// database clock plus a duration, as PruneHistory does for one namespace:
-// parameters are the n namespaces, then the duration (negative: the
-// retention).
+// BatchPruneHistory deletes the terms of the namespaces nss that ended
+// before the database clock plus retention (negative: the retention), as
+// PruneHistory does for one namespace, and returns the statement with its
+// arguments.
 //
 // On PostgreSQL the terms are found namespace by namespace (LATERAL),
 // through the index on (namespace, ended_at), and deleted by their row
 // ids: with an IN list of a thousand namespaces the planner scanned the
 // whole history instead, in every piece of every Group's prune (at 40,000
-// namespaces x 16 processes most of the rows the database read).
-func BatchPruneHistory(d Dialect, n int) string {
+// namespaces x 16 processes most of the rows the database read). The
+// namespaces travel as one array, so that the statement's text, prepared
+// once per connection, is the same for any number of them.
+func BatchPruneHistory(d Dialect, nss []string, retention time.Duration) (q string, args []any) {
 	ended := "ended_at < " + d.(pieces).nowPlus()
 	if _, ok := d.(postgres); ok {
-		return finish(d, "DELETE FROM election_history WHERE ctid = ANY (ARRAY(SELECT x.ctid FROM (VALUES "+
-			strings.Repeat("(CAST(? AS text)), ", n-1)+"(CAST(? AS text))) AS a(ns) "+
-			"CROSS JOIN LATERAL (SELECT h.ctid FROM election_history h WHERE h.namespace = a.ns AND h."+ended+" OFFSET 0) x))")
+		return finish(d, "DELETE FROM election_history WHERE ctid = ANY (ARRAY(SELECT x.ctid FROM unnest(CAST(? AS text[])) AS a(ns) "+
+				"CROSS JOIN LATERAL (SELECT h.ctid FROM election_history h WHERE h.namespace = a.ns AND h."+ended+" OFFSET 0) x))"),
+			[]any{TextArray(nss), d.DurationArg(retention)}
 	}
-	return finish(d, "DELETE FROM election_history WHERE namespace IN ("+marks(n)+") AND "+ended)
+	return finish(d, "DELETE FROM election_history WHERE namespace IN ("+marks(len(nss))+") AND "+ended),
+		append(anyStrings(nss), d.DurationArg(retention))
 }
 
 // BatchUnregister deletes a candidate's rows in n namespaces: parameters

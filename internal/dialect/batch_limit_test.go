@@ -46,7 +46,15 @@ func TestBatchMaxNamespaces(t *testing.T) {
 			most := func(n int) int {
 				// Sent outside the rounds: the pruning of led namespaces
 				// and the unregistering at shutdown.
-				qs := []string{BatchExpired(c.d, n), BatchPruneHistory(c.d, n), BatchUnregister(c.d, n)}
+				nss := make([]string, n)
+				for i := range nss {
+					nss[i] = "ns" + strconv.Itoa(i)
+				}
+				history, _ := BatchPruneHistory(c.d, nss, -time.Hour)
+				qs := []string{BatchExpired(c.d, n), history, BatchUnregister(c.d, n)}
+				if q, _, ok := BatchPrune(c.d, nss, -time.Hour); ok {
+					qs = append(qs, q)
+				}
 				if _, ok := c.d.(postgres); ok {
 					// The round is all PostgreSQL sends in a round.
 					qs = append(qs, pgRound(c.d, n))

@@ -15,6 +15,10 @@ func ClockPlus(d Dialect) string {
 // MySQLForTest is the MySQL dialect, for TiDB when tidb is set.
 func MySQLForTest(tidb bool) Dialect { return mysql{tidb: tidb} }
 
+// PostgresForTest is the PostgreSQL dialect, for tests of its statements'
+// text.
+func PostgresForTest() Dialect { return postgres{} }
+
 // PGConnector is the connector Open uses for a postgres DSN, and a function
 // that reports what its connections found: whether they reach a pooler
 // (known once one connection answered) and how many cancel requests the

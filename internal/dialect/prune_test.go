@@ -3,6 +3,7 @@ package dialect_test
 import (
 	"context"
 	"database/sql"
+	"strconv"
 	"testing"
 	"time"
 
@@ -131,5 +132,26 @@ func TestBatchPruneJudgesEachRow(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPrunePiecesShareOneText: on PostgreSQL the statements of a Group's
+// prune read the same whatever the number of namespaces in a piece, so
+// that a connection prepares each once; a text per piece size cost a
+// prepare per piece, and filled the driver's statement cache with texts
+// used once.
+func TestPrunePiecesShareOneText(t *testing.T) {
+	d := dialect.PostgresForTest()
+	texts := func(n int) [2]string {
+		nss := make([]string, n)
+		for i := range nss {
+			nss[i] = "ns" + strconv.Itoa(i)
+		}
+		prune, _, _ := dialect.BatchPrune(d, nss, -time.Second)
+		history, _ := dialect.BatchPruneHistory(d, nss, -time.Hour)
+		return [2]string{prune, history}
+	}
+	if one, many := texts(1), texts(1000); one != many {
+		t.Errorf("the texts differ with the namespaces:\n%q\n%q", one, many)
 	}
 }

@@ -33,7 +33,8 @@ func TestInSchemaQualifiesEveryStatement(t *testing.T) {
 	}
 	renew := d.(postgres).renewSQL()
 	prune, _, _ := BatchPrune(d, []string{"a", "b"}, -time.Second)
-	all = append(all, renew, BatchRenew(d, 2), BatchUnregister(d, 2), BatchExpired(d, 2), prune, MembersExpired(d), PruneMember(d),
+	history, _ := BatchPruneHistory(d, []string{"a", "b"}, -time.Hour)
+	all = append(all, renew, BatchRenew(d, 2), BatchUnregister(d, 2), BatchExpired(d, 2), prune, history, MembersExpired(d), PruneMember(d),
 		MemberGone(d), pgRound(d, 2))
 	m := reflect.ValueOf(Migrations(d)).Elem()
 	for i := 0; i < m.NumField(); i++ {
