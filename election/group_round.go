@@ -473,8 +473,16 @@ func (g *Group) shutdown(ctx context.Context, err error) error {
 	if err != nil {
 		return err
 	}
-	g.unregister(sctx, rest)
+	// Every candidacy of the Group ends with its member row, those of the
+	// namespaces vacated next included; the candidate rows of the others
+	// go after the vacates, so that a statement over thousands of
+	// namespaces (0.5 to 0.75 s at 10,000 x 16 on two cores) never holds
+	// up a handoff.
+	g.unregister(sctx, dialect.MemberGone(g.base.d), g.id)
 	g.vacateAll(sctx, vacate)
+	if len(rest) > 0 {
+		g.unregister(sctx, dialect.BatchUnregister(g.base.d, len(rest)), append([]any{g.id}, anyArgs(rest)...)...)
+	}
 	return nil
 }
 
@@ -572,19 +580,11 @@ func (g *Group) vacateSeats(ctx context.Context, mems []*member, one func(*membe
 	}
 }
 
-// unregister deletes the Group's candidate rows in namespaces nss, in one
-// statement, and its member row.
-func (g *Group) unregister(ctx context.Context, nss []string) {
+// unregister runs q, one statement of the Group's unregistering on
+// shutdown, and logs its failure.
+func (g *Group) unregister(ctx context.Context, q string, args ...any) {
 	err := g.batch.autocommit(ctx, "Run", nil, func(conn gorm.ConnPool, _ bool) error {
-		if len(nss) > 0 {
-			args := append([]any{g.id}, anyArgs(nss)...)
-			if _, err := conn.ExecContext(ctx, dialect.BatchUnregister(g.base.d, len(nss)), args...); err != nil {
-				return err
-			}
-		}
-		// With the member row every candidacy of the Group ends at once,
-		// those of the namespaces whose terms are vacated next included.
-		_, err := conn.ExecContext(ctx, dialect.MemberGone(g.base.d), g.id)
+		_, err := conn.ExecContext(ctx, q, args...)
 		return err
 	})
 	if err != nil {
