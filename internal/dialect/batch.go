@@ -120,13 +120,16 @@ func BatchExpired(d Dialect, n int) string {
 // (negative: rows expired for longer than it), as BatchExpired lists them
 // and Prune deletes them one by one, and returns it with its arguments. A
 // row is judged again as it is deleted, by its own expiry and its member
-// row's: a candidate that came back, or a Group whose member row was
-// refreshed, since the statement began is kept, as Prune keeps it. ok is
+// row's: a candidate row written again while the statement waited for its
+// lock is kept, as Prune keeps it. (A member row refreshed after the
+// statement began is not seen, as Prune, a statement of its own per row,
+// did not see one refreshed after it began: the Group writes again the
+// rows a prune deleted once its round finds its member row lapsed.) ok is
 // false on MySQL, MariaDB and TiDB, which read with BatchExpired and
 // delete by key with Prune, so that no range is locked.
 //
 // On PostgreSQL each namespace is read by itself through the primary key
-// (LATERAL, as in BatchExpired) from one array parameter, so that the
+// (LATERAL, as in BatchPruneHistory) from one array parameter, so that the
 // statement's text is the same for any number of namespaces, and the rows
 // found are deleted by their row ids; the bound is read once, before the
 // rows. On SQLite, which writes one transaction at a time, the rows are
