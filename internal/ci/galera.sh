@@ -142,17 +142,51 @@ stop() {
   echo "galera: stopped $stopped node(s)"
 }
 
+# watch_memory appends each node's resident memory (kB) to $dir/rss.log
+# every two seconds until killed. Once in four runs of the suite a node
+# grew to 23.6 GB within a minute and the kernel killed it mid-suite; the
+# log says which node, from when and how fast.
+watch_memory() {
+  local n pid
+  while sleep 2; do
+    for n in 1 2 3; do
+      pid=$(cat "$dir/node$n/mariadbd.pid" 2>/dev/null) || continue
+      echo "$(date +%T) node$n $(awk '/^VmRSS/ {print $2}' "/proc/$pid/status" 2>/dev/null || echo gone)"
+    done
+  done >>"$dir/rss.log"
+}
+
+# memory_peaks prints each node's largest reading in $dir/rss.log.
+memory_peaks() {
+  awk '$3 ~ /^[0-9]+$/ && $3 > m[$2] { m[$2] = $3 } END { for (n in m) printf "%s %d MB  ", n, m[n] / 1024; print "" }' "$dir/rss.log"
+}
+
+watcher=""
+
 ci() {
   start
-  trap 'stop || true' EXIT
+  trap '[ -n "$watcher" ] && kill "$watcher" 2>/dev/null; stop || true' EXIT
+  : >"$dir/rss.log"
+  watch_memory &
+  watcher=$!
   export SQLELECT_GALERA_DSNS
   SQLELECT_GALERA_DSNS=$(dsns)
   # The protocol suites against one node, then the cluster's own tests
   # (fencing under replication lag, concurrent migrations on every node,
   # candidates on all three nodes) with the checker.
+  local rc=0
   SQLELECT_TEST_ONLY=mysql CI=true SQLELECT_MYSQL_DSN="mysql://root@tcp(127.0.0.1:$(port 1))/test" \
     go test -race -count=1 -run 'Conformance|Misuse|Guard|ConcurrentElect|History|Up|Down|Galera|Clock|Classify|TestGroup' \
-    ./election/ ./migrate/ ./internal/dialect/
+    ./election/ ./migrate/ ./internal/dialect/ || rc=$?
+  kill "$watcher" 2>/dev/null || true
+  watcher=""
+  echo "galera: the nodes' peak resident memory: $(memory_peaks)"
+  if [ "$rc" != 0 ]; then
+    echo "galera: the suite failed; the nodes' last memory readings:"
+    tail -n 30 "$dir/rss.log"
+    { dmesg 2>/dev/null | grep -i -E 'out of memory|killed process' | tail -n 5; } || true
+    exit "$rc"
+  fi
   trap - EXIT
   stop
 }
