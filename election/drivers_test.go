@@ -624,15 +624,16 @@ func TestDriversTrustWindow(t *testing.T) {
 				stop := make(chan struct{})
 				defer close(stop)
 				go func() {
-					for !joined() {
+					for {
 						select {
 						case <-stop:
 							return
 						case <-time.After(200 * time.Millisecond):
 						}
-						if !joined() {
-							clock.Advance(time.Second)
+						if joined() {
+							return
 						}
+						clock.Advance(time.Second)
 					}
 				}()
 			}
