@@ -135,9 +135,9 @@ func BatchExpired(d Dialect, n int) string {
 // rows. On SQLite, which writes one transaction at a time, the rows are
 // deleted where they are found.
 func BatchPrune(d Dialect, nss []string, window time.Duration) (q string, args []any, ok bool) {
-	expired := " < (SELECT t FROM b)"
 	switch d.(type) {
 	case postgres:
+		const expired = " < (SELECT t FROM b)" // the bound, read once
 		return finish(d, "WITH b AS MATERIALIZED (SELECT "+d.(pieces).nowPlus()+" AS t) "+
 				"DELETE FROM election_candidates d WHERE d.ctid = ANY (ARRAY(SELECT x.ctid FROM unnest(CAST(? AS text[])) AS a(ns) "+
 				"CROSS JOIN LATERAL (SELECT c.ctid FROM election_candidates c"+withMember("c")+
