@@ -45,15 +45,20 @@ func pgRound(d Dialect, n int) string {
 		// unchanged: no indexed column changes, so a renewal is a
 		// heap-only update, with no new index entry (schema version 5).
 		// Its seats are found by key (namespace = ANY, one probe of the
-		// primary key each, whether the plan is generic or made for the
-		// arrays given) and each one's term is looked up in a JSON
+		// primary key each) and each one's term is looked up in a JSON
 		// object, parsed once: joined to the arrays instead, the planner
 		// chose a scan of every seat as soon as the table was compact
 		// (its renewals leaving no dead rows behind), and a generic plan
 		// of the same join with namespace = ANY compared every seat with
-		// every namespace.
+		// every namespace. The array is built by a subquery
+		// (ANY(ARRAY(SELECT unnest(...)))), so that no plan knows its
+		// length: a plan made for the array given chose a scan of every
+		// seat for a process's share of them (500 of 4,000, an eighth),
+		// so every round of every process read the whole table
+		// (TestGroupRoundReadsItsSeatsByKey). The seats read whatever
+		// their state ($11) are found the same way.
 		"r AS (UPDATE election_leaders AS u SET lease_expires_at = "+until+", updated_at = c.n, member_id = $1 "+
-		"FROM c WHERE u.namespace = ANY(CAST($7 AS text[])) AND u.term = CAST(c.terms ->> u.namespace AS bigint) "+
+		"FROM c WHERE u.namespace = ANY(ARRAY(SELECT unnest(CAST($7 AS text[])))) AND u.term = CAST(c.terms ->> u.namespace AS bigint) "+
 		"AND u.leader_id = $1 AND u.lease_expires_at > c.n "+
 		"RETURNING u.namespace, u.lease_expires_at), "+
 		// With $13, the seats marked as the member's that it does not
@@ -91,7 +96,7 @@ func pgRound(d Dialect, n int) string {
 		"WHERE "+within("expires_at")+" AND member_id <> $1 OFFSET 0) mm "+
 		"JOIN election_leaders l ON l.member_id = mm.member_id AND l.leader_id = mm.member_id "+joined+
 		"UNION SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at "+
-		"FROM election_leaders l WHERE l.namespace = ANY(CAST($11 AS text[]))), "+
+		"FROM election_leaders l WHERE l.namespace = ANY(ARRAY(SELECT unnest(CAST($11 AS text[]))))), "+
 		// The member row as it was before m refreshed it (the snapshot):
 		// live, or expired for less than a window, it kept the
 		// candidate rows from any prune.

@@ -1,0 +1,138 @@
+package dialect_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sqlelect/sqlelect/internal/dialect"
+	"github.com/sqlelect/sqlelect/internal/testdb"
+)
+
+// TestGroupRoundReadsItsSeatsByKey: on PostgreSQL a Group's round reads
+// the leader rows of the seats it holds and of those it reads whatever
+// their state through the primary key, never by a scan of the leaders
+// table. A scan costs every seat of every namespace in each round of each
+// process (namespaces x processes rows per interval, the cost the Group
+// exists to avoid); the planner chose it for an array of an eighth of the
+// seats, a process's share in a fleet of 8, once the table was analyzed.
+// The server's own counters (pg_stat_xact_user_tables, read before and
+// after the round in its transaction) say what it read.
+func TestGroupRoundReadsItsSeatsByKey(t *testing.T) {
+	db := testdb.Open(t, testdb.Only(t, "postgres"))
+	raw := testdb.Raw(t, db)
+	d, err := dialect.For(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	const n = 4000
+	prefix := fmt.Sprintf("zz-round-reads-%s-", uuid.NewString()[:8])
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s%04d", prefix, i)
+	}
+	cands := make([]uuid.UUID, 8)
+	for i := range cands {
+		cands[i] = uuid.New()
+	}
+	me := cands[0]
+	leaders := make([]string, n)
+	in := dialect.RoundIn{Member: me, Hostname: "host", PID: 1, Expire: time.Hour, Horizon: time.Second, Joined: n}
+	for i, ns := range names {
+		leaders[i] = cands[i%len(cands)].String()
+		if cands[i%len(cands)] == me {
+			in.Held = append(in.Held, dialect.HeldLease{Namespace: ns, Term: int64(i + 1)})
+			in.Read = append(in.Read, ns)
+		}
+	}
+	t.Cleanup(func() {
+		for _, tbl := range []string{"election_leaders", "election_candidates"} {
+			_, _ = raw.Exec("DELETE FROM "+tbl+" WHERE namespace LIKE $1", prefix+"%")
+		}
+		_, _ = raw.Exec("DELETE FROM election_members WHERE member_id = $1", me)
+	})
+	if _, err := raw.ExecContext(ctx, "INSERT INTO election_leaders (namespace, leader_id, term, lease_expires_at, acquired_at, updated_at) "+
+		"SELECT ns, CAST(l AS uuid), k, clock_timestamp() + interval '1 hour', clock_timestamp(), clock_timestamp() "+
+		"FROM unnest(CAST($1 AS text[]), CAST($2 AS text[])) WITH ORDINALITY AS t(ns, l, k)", dialect.TextArray(names), dialect.TextArray(leaders)); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cands {
+		if _, err := raw.ExecContext(ctx, "INSERT INTO election_candidates (namespace, candidate_id, registered_at, last_heartbeat_at, expires_at) "+
+			"SELECT ns, $2, now(), now(), clock_timestamp() + interval '1 hour' FROM unnest(CAST($1 AS text[])) AS t(ns)", dialect.TextArray(names), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := raw.ExecContext(ctx, "ANALYZE election_leaders, election_candidates"); err != nil {
+		t.Fatal(err)
+	}
+	var total int
+	if err := raw.QueryRowContext(ctx, "SELECT COUNT(*) FROM election_leaders").Scan(&total); err != nil {
+		t.Fatal(err)
+	}
+	// Twice each way the server may plan it (for the arrays given, or
+	// once for any, as a prepared statement run often may be): the first
+	// round writes the member row, the next ones are steady.
+	for round := 1; round <= 4; round++ {
+		mode := "force_custom_plan"
+		if round > 2 {
+			mode = "force_generic_plan"
+		}
+		tx, err := raw.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.ExecContext(ctx, "SET LOCAL plan_cache_mode = "+mode); err != nil {
+			_ = tx.Rollback()
+			t.Fatal(err)
+		}
+		before, err := leaderReads(ctx, tx)
+		if err != nil {
+			_ = tx.Rollback()
+			t.Fatal(err)
+		}
+		out, err := dialect.GroupRound(ctx, tx, d, in)
+		if err != nil {
+			_ = tx.Rollback()
+			t.Fatal(err)
+		}
+		after, err := leaderReads(ctx, tx)
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		scans, scanned, fetched := after[0]-before[0], after[1]-before[1], after[2]-before[2]
+		if len(out.Seats) != len(in.Held) || len(out.Renewed) != len(in.Held) {
+			t.Fatalf("round %d: %d seats read, %d renewed; want %d", round, len(out.Seats), len(out.Renewed), len(in.Held))
+		}
+		t.Logf("round %d (%s): %d seats held of %d leader rows; %d scans reading %d rows, %d rows fetched by index",
+			round, mode, len(in.Held), total, scans, scanned, fetched)
+		if scans != 0 {
+			t.Errorf("round %d (%s) scanned the leaders table %d times (%d rows read) for %d seats held of %d",
+				round, mode, scans, scanned, len(in.Held), total)
+		}
+		// Each held seat is read by the renewal and by the reading, and
+		// may be fetched twice by each (a heap-only update leaves the
+		// version before it on the chain until the page is pruned).
+		if limit := 4 * int64(len(in.Held)); fetched > limit {
+			t.Errorf("round %d (%s) fetched %d leader rows by index for %d seats held; want at most %d", round, mode, fetched, len(in.Held), limit)
+		}
+	}
+}
+
+// leaderReads reads the server's counters of the leaders table as this
+// backend has them so far: sequential scans, the rows they read, the rows
+// fetched through an index. On PostgreSQL 15 and later they include what
+// the backend's earlier transactions did and have not reported yet, so a
+// statement's share is a difference of two readings.
+func leaderReads(ctx context.Context, tx *sql.Tx) (c [3]int64, err error) {
+	err = tx.QueryRowContext(ctx, "SELECT COALESCE(seq_scan, 0), COALESCE(seq_tup_read, 0), COALESCE(idx_tup_fetch, 0) "+
+		"FROM pg_stat_xact_user_tables WHERE relid = CAST('election_leaders' AS regclass)").Scan(&c[0], &c[1], &c[2])
+	return c, err
+}
