@@ -31,42 +31,7 @@ func TestGroupRoundReadsItsSeatsByKey(t *testing.T) {
 	}
 	ctx := context.Background()
 	const n = 4000
-	prefix := fmt.Sprintf("zz-round-reads-%s-", uuid.NewString()[:8])
-	names := make([]string, n)
-	for i := range names {
-		names[i] = fmt.Sprintf("%s%04d", prefix, i)
-	}
-	cands := make([]uuid.UUID, 8)
-	for i := range cands {
-		cands[i] = uuid.New()
-	}
-	me := cands[0]
-	leaders := make([]string, n)
-	in := dialect.RoundIn{Member: me, Hostname: "host", PID: 1, Expire: time.Hour, Horizon: time.Second, Joined: n}
-	for i, ns := range names {
-		leaders[i] = cands[i%len(cands)].String()
-		if cands[i%len(cands)] == me {
-			in.Held = append(in.Held, dialect.HeldLease{Namespace: ns, Term: int64(i + 1)})
-			in.Read = append(in.Read, ns)
-		}
-	}
-	t.Cleanup(func() {
-		for _, tbl := range []string{"election_leaders", "election_candidates"} {
-			_, _ = raw.Exec("DELETE FROM "+tbl+" WHERE namespace LIKE $1", prefix+"%")
-		}
-		_, _ = raw.Exec("DELETE FROM election_members WHERE member_id = $1", me)
-	})
-	if _, err := raw.ExecContext(ctx, "INSERT INTO election_leaders (namespace, leader_id, term, lease_expires_at, acquired_at, updated_at) "+
-		"SELECT ns, CAST(l AS uuid), k, clock_timestamp() + interval '1 hour', clock_timestamp(), clock_timestamp() "+
-		"FROM unnest(CAST($1 AS text[]), CAST($2 AS text[])) WITH ORDINALITY AS t(ns, l, k)", dialect.TextArray(names), dialect.TextArray(leaders)); err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range cands {
-		if _, err := raw.ExecContext(ctx, "INSERT INTO election_candidates (namespace, candidate_id, registered_at, last_heartbeat_at, expires_at) "+
-			"SELECT ns, $2, now(), now(), clock_timestamp() + interval '1 hour' FROM unnest(CAST($1 AS text[])) AS t(ns)", dialect.TextArray(names), c); err != nil {
-			t.Fatal(err)
-		}
-	}
+	_, in := seedSeats(t, raw, "zz-round-reads-", n)
 	if _, err := raw.ExecContext(ctx, "ANALYZE election_leaders, election_candidates"); err != nil {
 		t.Fatal(err)
 	}
@@ -135,4 +100,49 @@ func leaderReads(ctx context.Context, tx *sql.Tx) (c [3]int64, err error) {
 	err = tx.QueryRowContext(ctx, "SELECT COALESCE(seq_scan, 0), COALESCE(seq_tup_read, 0), COALESCE(idx_tup_fetch, 0) "+
 		"FROM pg_stat_xact_user_tables WHERE relid = CAST('election_leaders' AS regclass)").Scan(&c[0], &c[1], &c[2])
 	return c, err
+}
+
+// seedSeats writes n namespaces named from prefix, each with a live
+// candidate row for each of 8 candidates and a seat held by one of them in
+// turn for an hour, and deletes them when tb ends. in is the round of the
+// first candidate: its Held and Read are its seats (an eighth).
+func seedSeats(tb testing.TB, raw *sql.DB, prefix string, n int) (names []string, in dialect.RoundIn) {
+	tb.Helper()
+	ctx := context.Background()
+	prefix += uuid.NewString()[:8] + "-"
+	names = make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s%04d", prefix, i)
+	}
+	cands := make([]uuid.UUID, 8)
+	for i := range cands {
+		cands[i] = uuid.New()
+	}
+	leaders := make([]string, n)
+	in = dialect.RoundIn{Member: cands[0], Hostname: "host", PID: 1, Expire: time.Hour, Horizon: time.Second, Joined: n}
+	for i, ns := range names {
+		leaders[i] = cands[i%len(cands)].String()
+		if cands[i%len(cands)] == in.Member {
+			in.Held = append(in.Held, dialect.HeldLease{Namespace: ns, Term: int64(i + 1)})
+			in.Read = append(in.Read, ns)
+		}
+	}
+	tb.Cleanup(func() {
+		for _, tbl := range []string{"election_leaders", "election_candidates"} {
+			_, _ = raw.Exec("DELETE FROM "+tbl+" WHERE namespace LIKE $1", prefix+"%")
+		}
+		_, _ = raw.Exec("DELETE FROM election_members WHERE member_id = $1", in.Member)
+	})
+	if _, err := raw.ExecContext(ctx, "INSERT INTO election_leaders (namespace, leader_id, term, lease_expires_at, acquired_at, updated_at) "+
+		"SELECT ns, CAST(l AS uuid), k, clock_timestamp() + interval '1 hour', clock_timestamp(), clock_timestamp() "+
+		"FROM unnest(CAST($1 AS text[]), CAST($2 AS text[])) WITH ORDINALITY AS t(ns, l, k)", dialect.TextArray(names), dialect.TextArray(leaders)); err != nil {
+		tb.Fatal(err)
+	}
+	for _, c := range cands {
+		if _, err := raw.ExecContext(ctx, "INSERT INTO election_candidates (namespace, candidate_id, registered_at, last_heartbeat_at, expires_at) "+
+			"SELECT ns, $2, now(), now(), clock_timestamp() + interval '1 hour' FROM unnest(CAST($1 AS text[])) AS t(ns)", dialect.TextArray(names), c); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return names, in
 }
