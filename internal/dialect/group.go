@@ -124,10 +124,21 @@ func GroupRound(ctx context.Context, conn gorm.ConnPool, d Dialect, in RoundIn) 
 		if err != nil {
 			return out, err
 		}
+		// The seats read are sent in two arrays: those held, read by key,
+		// and the others, read as the plan sees fit (pgRound).
+		var heldRead, otherRead []string
+		for _, ns := range in.Read {
+			if _, held := terms[ns]; held {
+				heldRead = append(heldRead, ns)
+			} else {
+				otherRead = append(otherRead, ns)
+			}
+		}
 		out.Sent = time.Now()
 		rows, err := conn.QueryContext(ctx, pgRound(d, in.Joined), in.Member, in.Hostname, int64(in.PID), in.Label,
 			d.DurationArg(in.Expire), TextArray(in.Join), TextArray(nss), string(byNamespace),
-			d.DurationArg(in.Horizon), TextArray(in.Sample), TextArray(in.Read), d.DurationArg(-in.Lapsed), in.Release)
+			d.DurationArg(in.Horizon), TextArray(in.Sample), TextArray(otherRead), d.DurationArg(-in.Lapsed), in.Release,
+			TextArray(heldRead))
 		if err != nil {
 			return out, err
 		}
