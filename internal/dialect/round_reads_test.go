@@ -13,13 +13,14 @@ import (
 	"github.com/sqlelect/sqlelect/internal/testdb"
 )
 
-// TestGroupRoundReadsItsSeatsByKey: on PostgreSQL a Group's round reads
-// the leader rows of the seats it holds and of those it reads whatever
-// their state through the primary key, never by a scan of the leaders
-// table. A scan costs every seat of every namespace in each round of each
-// process (namespaces x processes rows per interval, the cost the Group
-// exists to avoid); the planner chose it for an array of an eighth of the
-// seats, a process's share in a fleet of 8, once the table was analyzed.
+// TestGroupRoundReadsItsSeatsByKey: on PostgreSQL a Group's round renews
+// and reads the seats it holds through the primary key, never by a scan
+// of the leaders table. A scan costs every seat of every namespace in each
+// round of each process (namespaces x processes rows per interval, the
+// cost the Group exists to avoid); the planner chose it for an array of an
+// eighth of the seats, a process's share in a fleet of 8, once the table
+// was analyzed. (The seats it reads but does not hold, thousands at a
+// cold start, may still be scanned for: the round here reads none.)
 // The server's own counters (pg_stat_xact_user_tables, read before and
 // after the round in its transaction) say what it read.
 func TestGroupRoundReadsItsSeatsByKey(t *testing.T) {
