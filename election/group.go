@@ -168,6 +168,7 @@ type Group struct {
 	live     int             // with Balance: the live count the share was last counted from (balanceLocked)
 	liveHold time.Time       // with Balance: until then a lower live count is not believed (fullRound)
 	warm     time.Time       // with Balance: until then the Group takes at most one seat (shareLocked); set by the first round
+	freeSeen int             // with Balance: the seats the last round found free (balanceLocked)
 	beat     time.Time       // the start of the last round that succeeded, so refreshed the member row before it returned
 	ranged   time.Time       // the start of the last round that succeeded and read the range of seats lapsing or freed lately
 	heavy    int             // answered rounds in a row slower than carryLocked allows; a failed round resets it

@@ -411,14 +411,21 @@ func (g *Group) takeSeats(ctx context.Context, mems []*member, cause roundCause)
 // once should others take some of the first (processes below their share
 // try the same few free seats at a cold start's end and after a crash),
 // not a round later (nextQueued). At the share, a free seat is left to
-// the others for two rounds, then taken, never above share+1: a Group
-// the others leave much free (shedding while the database is slow) must
-// not take it all and become the one whose renewals cannot keep up. The
-// first round begins the warm-up, in which the Group takes one seat at
-// most (the others started with it are not counted yet): three quarters
-// of an interval, so that the next tick, jittered by at most a fifth,
-// ends it. g.box is held.
-func (g *Group) balanceLocked(start time.Time, total, live int, attempts []*member) []*member {
+// the others for two rounds, then taken, never above share+1, and only
+// once the free seats the rounds find stop falling. Taken while the
+// others below their share still take them (a cold start's end), such a
+// seat is handed back the next round, a vacate whose wake sends every
+// Group below its share after the same seat; taken once they take no more
+// (shedding while the database is slow, or counting a share of their
+// own), it keeps the namespace led. Never more: a Group must not take all
+// the others leave free and become the one whose renewals cannot keep up.
+// sampled: the round read only some of the seats believed free (someOf),
+// whose count then says nothing.
+// The first round begins the warm-up, in which the Group takes one seat
+// at most (the others started with it are not counted yet): three
+// quarters of an interval, so that the next tick, jittered by at most a
+// fifth, ends it. g.box is held.
+func (g *Group) balanceLocked(start time.Time, total, live int, attempts []*member, sampled bool) []*member {
 	if live < g.live && g.clk.Now().Before(g.liveHold) {
 		// Fewer live members right after this Group's rounds failed: not
 		// believed until the others' rounds have had an expiry window to
@@ -443,6 +450,8 @@ func (g *Group) balanceLocked(start time.Time, total, live int, attempts []*memb
 	room := g.shareLocked() - g.box.leading
 	below := room > 0
 	warming := now.Before(g.warm)
+	falling := sampled || len(attempts) < g.freeSeen
+	g.freeSeen = len(attempts)
 	kept, spares := attempts[:0], []*member(nil)
 	for _, mem := range attempts {
 		switch {
@@ -453,9 +462,9 @@ func (g *Group) balanceLocked(start time.Time, total, live int, attempts []*memb
 			room--
 		case warming:
 			// Not counted: the seat may be another's share.
-		case mem.freeRounds >= 2 && g.box.leading+len(kept) <= g.share:
-			// Left free by the others for two rounds: taken, one seat
-			// above the share at most.
+		case mem.freeRounds >= 2 && !falling && g.box.leading+len(kept) <= g.share:
+			// Left free by the others for two rounds, and they take no
+			// more: taken, one seat above the share at most.
 			kept = append(kept, mem)
 			mem.freeRounds, mem.overShare = 0, true
 		default:

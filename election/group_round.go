@@ -360,7 +360,8 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	g.carryLocked(took, len(held))
 	rand.Shuffle(len(attempts), func(i, j int) { attempts[i], attempts[j] = attempts[j], attempts[i] })
 	if g.cfg.Balance && out.Live > 0 {
-		attempts = g.balanceLocked(start, total, out.Live, attempts)
+		sampled := len(in.Read)-len(in.Held) < len(free)
+		attempts = g.balanceLocked(start, total, out.Live, attempts, sampled)
 	}
 	if !g.pace.Quick() {
 		// Shed: reported, and tried once the rounds are quick again.
