@@ -228,7 +228,7 @@ func TestGroupSparesTriedWhenTheBatchIsLost(t *testing.T) {
 
 // TestGroupAboveTheShareOnlyOnceTheOthersStop: a balanced Group at its
 // share leaves a free seat to the others for two rounds, then takes one
-// above the share, but only while the free seats its rounds find stop
+// above the share, but only once the free seats its rounds find stop
 // falling. While they fall, the Groups below their share are still taking
 // them (a cold start's end), and a seat taken above the share would be
 // handed back the next round, a vacate that wakes every Group below its
