@@ -155,6 +155,27 @@ func waitUntil(t *testing.T, within time.Duration, what string, ok func() bool, 
 	}
 }
 
+// handDriven returns a balanced Group of n new namespaces on SQLite, and
+// the namespaces, marked running without Run and past its warm-up: for
+// tests that drive balanceLocked and nextQueued by hand.
+func handDriven(t *testing.T, n int) (*Group, []string) {
+	t.Helper()
+	db := testdb.Open(t, testdb.Target{Name: "sqlite"})
+	var nss []string
+	for range n {
+		nss = append(nss, testdb.Namespace(t))
+	}
+	g, err := NewGroup(electorCtx(t), db, uuid.New(), GroupConfig{Namespaces: nss, Balance: true}, WithLogger(silent))
+	if err != nil {
+		t.Fatalf("NewGroup: %v", err)
+	}
+	g.box.lock()
+	g.running = true
+	g.warm = g.clk.Now().Add(-time.Second)
+	g.box.unlock()
+	return g, nss
+}
+
 // TestGroupSparesTriedWhenTheBatchIsLost: a balanced Group below its share
 // queues the free seats beyond its room as spares behind the batch that
 // fills it. Should others take the batch's seats first (processes below
@@ -163,21 +184,10 @@ func waitUntil(t *testing.T, within time.Duration, what string, ok func() bool, 
 // share is reached, they are dropped, never taken above it. Driven by
 // hand, without Run: balanceLocked, then nextQueued.
 func TestGroupSparesTriedWhenTheBatchIsLost(t *testing.T) {
-	db := testdb.Open(t, testdb.Target{Name: "sqlite"})
-	ctx := electorCtx(t)
-	var nss []string
-	for range 6 {
-		nss = append(nss, testdb.Namespace(t))
-	}
-	g, err := NewGroup(ctx, db, uuid.New(), GroupConfig{Namespaces: nss, Balance: true}, WithLogger(silent))
-	if err != nil {
-		t.Fatalf("NewGroup: %v", err)
-	}
+	g, nss := handDriven(t, 6)
 	other := uuid.New()
 	g.box.lock()
-	g.running = true
 	now := g.clk.Now()
-	g.warm = now.Add(-time.Second)
 	// Six free seats, three live members: a share of two.
 	g.setQueueLocked(g.balanceLocked(now, len(nss), 3, slices.Clone(g.sortedLocked()), false))
 	share := g.share
@@ -236,21 +246,10 @@ func TestGroupSparesTriedWhenTheBatchIsLost(t *testing.T) {
 // 16 processes, every process at its share took one above it while
 // thousands were free. Driven by hand, without Run.
 func TestGroupAboveTheShareOnlyOnceTheOthersStop(t *testing.T) {
-	db := testdb.Open(t, testdb.Target{Name: "sqlite"})
-	ctx := electorCtx(t)
-	var nss []string
-	for range 8 {
-		nss = append(nss, testdb.Namespace(t))
-	}
-	g, err := NewGroup(ctx, db, uuid.New(), GroupConfig{Namespaces: nss, Balance: true}, WithLogger(silent))
-	if err != nil {
-		t.Fatalf("NewGroup: %v", err)
-	}
+	g, nss := handDriven(t, 8)
 	g.box.lock()
 	defer g.box.unlock()
-	g.running = true
 	now := g.clk.Now()
-	g.warm = now.Add(-time.Second)
 	// Eight namespaces, four live members: a share of two, which the
 	// Group holds (as far as balancing counts).
 	g.box.leading = 2
