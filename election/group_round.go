@@ -360,8 +360,7 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	g.carryLocked(took, len(held))
 	rand.Shuffle(len(attempts), func(i, j int) { attempts[i], attempts[j] = attempts[j], attempts[i] })
 	if g.cfg.Balance && out.Live > 0 {
-		sampled := len(in.Read)-len(in.Held) < len(free)
-		attempts = g.balanceLocked(start, total, out.Live, attempts, sampled)
+		attempts = g.balanceLocked(start, total, out.Live, attempts, len(in.Read)-len(in.Held) < len(free))
 	}
 	if !g.pace.Quick() {
 		// Shed: reported, and tried once the rounds are quick again.
