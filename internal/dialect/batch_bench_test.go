@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/sqlelect/sqlelect/internal/dialect"
-	"github.com/sqlelect/sqlelect/internal/testdb"
 )
 
 // BenchmarkGroupRound times one Group round on PostgreSQL as the server
@@ -16,12 +15,7 @@ import (
 // candidates, with and without the live count Balance reads. The round
 // reads the caller's own seats (and none of the others', all live).
 func BenchmarkGroupRound(b *testing.B) {
-	db := testdb.Open(b, testdb.Only(b, "postgres"))
-	raw := testdb.Raw(b, db)
-	d, err := dialect.For(db)
-	if err != nil {
-		b.Fatal(err)
-	}
+	raw, d := openPostgres(b)
 	ctx := context.Background()
 	for _, n := range []int{16, 128, 1000, 10000} {
 		names, round := seedSeats(b, raw, "zz-bench-round-", n)

@@ -24,12 +24,7 @@ import (
 // The server's own counters (pg_stat_xact_user_tables, read before and
 // after the round in its transaction) say what it read.
 func TestGroupRoundReadsItsSeatsByKey(t *testing.T) {
-	db := testdb.Open(t, testdb.Only(t, "postgres"))
-	raw := testdb.Raw(t, db)
-	d, err := dialect.For(db)
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw, d := openPostgres(t)
 	ctx := context.Background()
 	const n = 4000
 	_, in := seedSeats(t, raw, "zz-round-reads-", n)
@@ -101,6 +96,18 @@ func leaderReads(ctx context.Context, tx *sql.Tx) (c [3]int64, err error) {
 	err = tx.QueryRowContext(ctx, "SELECT COALESCE(seq_scan, 0), COALESCE(seq_tup_read, 0), COALESCE(idx_tup_fetch, 0) "+
 		"FROM pg_stat_xact_user_tables WHERE relid = CAST('election_leaders' AS regclass)").Scan(&c[0], &c[1], &c[2])
 	return c, err
+}
+
+// openPostgres opens the PostgreSQL test database (testdb.Only)
+// and returns its pool and dialect.
+func openPostgres(tb testing.TB) (*sql.DB, dialect.Dialect) {
+	tb.Helper()
+	db := testdb.Open(tb, testdb.Only(tb, "postgres"))
+	d, err := dialect.For(db)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return testdb.Raw(tb, db), d
 }
 
 // seedSeats writes n namespaces named from prefix, each with a live
