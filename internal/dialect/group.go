@@ -2,7 +2,6 @@ package dialect
 
 import (
 	"context"
-	"encoding/json"
 	"math"
 	"strconv"
 	"strings"
@@ -120,10 +119,6 @@ func GroupRound(ctx context.Context, conn gorm.ConnPool, d Dialect, in RoundIn) 
 		for i, h := range in.Held {
 			nss[i], terms[h.Namespace] = h.Namespace, h.Term
 		}
-		byNamespace, err := json.Marshal(terms)
-		if err != nil {
-			return out, err
-		}
 		// The seats read are sent in two arrays: those held, read by key,
 		// and the others, read as the plan sees fit (pgRound).
 		var heldRead, otherRead []string
@@ -136,7 +131,7 @@ func GroupRound(ctx context.Context, conn gorm.ConnPool, d Dialect, in RoundIn) 
 		}
 		out.Sent = time.Now()
 		rows, err := conn.QueryContext(ctx, pgRound(d, in.Joined), in.Member, in.Hostname, int64(in.PID), in.Label,
-			d.DurationArg(in.Expire), TextArray(in.Join), TextArray(nss), string(byNamespace),
+			d.DurationArg(in.Expire), TextArray(in.Join), TextArray(nss), TermsObject(in.Held),
 			d.DurationArg(in.Horizon), TextArray(in.Sample), TextArray(otherRead), d.DurationArg(-in.Lapsed), in.Release,
 			TextArray(heldRead))
 		if err != nil {
