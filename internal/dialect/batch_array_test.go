@@ -37,52 +37,44 @@ func TestArrayLiterals(t *testing.T) {
 		t.Errorf("Int64Array = %s, want %s", got, want)
 	}
 
-	for _, tg := range testdb.Targets(t) {
-		if tg.Name != "postgres" {
-			continue
+	onPostgres(t, func(t *testing.T, ctx context.Context, raw *sql.DB) {
+		terms := []int64{0, 1, -1, math.MaxInt64, math.MinInt64}
+		rows, err := raw.QueryContext(ctx, "SELECT t.s, t.i FROM unnest(CAST($1 AS text[]), CAST($2 AS bigint[])) WITH ORDINALITY AS t(s, i, o) ORDER BY t.o",
+			dialect.TextArray(awkward), dialect.Int64Array(terms))
+		if err != nil {
+			t.Fatal(err)
 		}
-		t.Run(tg.Name, func(t *testing.T) {
-			raw := testdb.Raw(t, testdb.Open(t, tg))
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			terms := []int64{0, 1, -1, math.MaxInt64, math.MinInt64}
-			rows, err := raw.QueryContext(ctx, "SELECT t.s, t.i FROM unnest(CAST($1 AS text[]), CAST($2 AS bigint[])) WITH ORDINALITY AS t(s, i, o) ORDER BY t.o",
-				dialect.TextArray(awkward), dialect.Int64Array(terms))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rows.Close()
+		defer rows.Close()
+		var (
+			gotS []string
+			gotI []int64
+		)
+		for rows.Next() {
 			var (
-				gotS []string
-				gotI []int64
+				s sql.NullString
+				i sql.NullInt64
 			)
-			for rows.Next() {
-				var (
-					s sql.NullString
-					i sql.NullInt64
-				)
-				if err := rows.Scan(&s, &i); err != nil {
-					t.Fatal(err)
-				}
-				if !s.Valid {
-					t.Fatalf("element %d read back as NULL", len(gotS))
-				}
-				gotS = append(gotS, s.String)
-				if i.Valid {
-					gotI = append(gotI, i.Int64)
-				}
-			}
-			if err := rows.Err(); err != nil {
+			if err := rows.Scan(&s, &i); err != nil {
 				t.Fatal(err)
 			}
-			if !slices.Equal(gotS, awkward) {
-				t.Errorf("text[] read back as %q, want %q", gotS, awkward)
+			if !s.Valid {
+				t.Fatalf("element %d read back as NULL", len(gotS))
 			}
-			if !slices.Equal(gotI, terms) {
-				t.Errorf("bigint[] read back as %v, want %v", gotI, terms)
+			gotS = append(gotS, s.String)
+			if i.Valid {
+				gotI = append(gotI, i.Int64)
 			}
-		})
-	}
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(gotS, awkward) {
+			t.Errorf("text[] read back as %q, want %q", gotS, awkward)
+		}
+		if !slices.Equal(gotI, terms) {
+			t.Errorf("bigint[] read back as %v, want %v", gotI, terms)
+		}
+	})
 }
 
 // TestTermsObject: TermsObject writes a JSON object that a JSON reader, and
@@ -110,41 +102,33 @@ func TestTermsObject(t *testing.T) {
 		t.Errorf("TermsObject(nil) = %s, want {}", got)
 	}
 
-	for _, tg := range testdb.Targets(t) {
-		if tg.Name != "postgres" {
-			continue
+	onPostgres(t, func(t *testing.T, ctx context.Context, raw *sql.DB) {
+		rows, err := raw.QueryContext(ctx, "SELECT n, CAST(CAST($2 AS jsonb) ->> n AS bigint) FROM unnest(CAST($1 AS text[])) AS t(n)",
+			dialect.TextArray(names), obj)
+		if err != nil {
+			t.Fatal(err)
 		}
-		t.Run(tg.Name, func(t *testing.T) {
-			raw := testdb.Raw(t, testdb.Open(t, tg))
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			rows, err := raw.QueryContext(ctx, "SELECT n, CAST(CAST($2 AS jsonb) ->> n AS bigint) FROM unnest(CAST($1 AS text[])) AS t(n)",
-				dialect.TextArray(names), obj)
-			if err != nil {
+		defer rows.Close()
+		read := map[string]int64{}
+		for rows.Next() {
+			var (
+				ns   string
+				term sql.NullInt64
+			)
+			if err := rows.Scan(&ns, &term); err != nil {
 				t.Fatal(err)
 			}
-			defer rows.Close()
-			read := map[string]int64{}
-			for rows.Next() {
-				var (
-					ns   string
-					term sql.NullInt64
-				)
-				if err := rows.Scan(&ns, &term); err != nil {
-					t.Fatal(err)
-				}
-				if term.Valid {
-					read[ns] = term.Int64
-				}
+			if term.Valid {
+				read[ns] = term.Int64
 			}
-			if err := rows.Err(); err != nil {
-				t.Fatal(err)
-			}
-			if !maps.Equal(read, want) {
-				t.Errorf("jsonb read back %v, want %v", read, want)
-			}
-		})
-	}
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if !maps.Equal(read, want) {
+			t.Errorf("jsonb read back %v, want %v", read, want)
+		}
+	})
 }
 
 // TestGroupRound runs one round of a Group over namespaces in every state
@@ -380,4 +364,20 @@ func roundOn(t *testing.T, tg testdb.Target) (*sql.DB, context.Context, dialect.
 		t.Fatal(err)
 	}
 	return testdb.Raw(t, db), ctx, d
+}
+
+// onPostgres runs f in a subtest on PostgreSQL when the tests are pointed
+// at it, with a context that ends after a minute.
+func onPostgres(t *testing.T, f func(t *testing.T, ctx context.Context, raw *sql.DB)) {
+	for _, tg := range testdb.Targets(t) {
+		if tg.Name != "postgres" {
+			continue
+		}
+		t.Run(tg.Name, func(t *testing.T) {
+			raw := testdb.Raw(t, testdb.Open(t, tg))
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			f(t, ctx, raw)
+		})
+	}
 }
