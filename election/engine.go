@@ -459,7 +459,7 @@ func sameLease(a, b Lease) bool {
 func (m *machine) shedLocked(start time.Time) {
 	if o := m.e.observer; o != nil {
 		a := Attempt{Namespace: m.e.namespace, Candidate: m.id, Outcome: OutcomeShed, Duration: m.clk.Now().Sub(start)}
-		m.box.noteAttempt(o, a)
+		m.box.note(func() { o.Attempt(a) })
 	}
 }
 

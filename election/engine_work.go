@@ -12,22 +12,10 @@ import (
 // with a lock of the library's held.
 type box struct {
 	mu       sync.Mutex
-	notes    []note
-	spare    []note // the storage of the last notes run, for the next
+	notes    []func()
 	flushing bool   // a goroutine runs the notes
 	leading  int    // the machines leading (a Group's balancing counts them)
 	stops    uint64 // leaderships ended, ever (a Group's round then takes its mark off their seats: RoundIn.Release)
-}
-
-// note is an observer call queued under a box's lock: f, or, when f is
-// nil, o.Attempt(a). A Group's round reports an attempt for each of the
-// thousands of seats it reads; queued as values in storage that is kept
-// from one flush to the next, they cost no allocation each, where a
-// closure a seat, and a new slice every round, did.
-type note struct {
-	f func()
-	o Observer
-	a Attempt
 }
 
 func (b *box) lock() { b.mu.Lock() }
@@ -43,29 +31,19 @@ func (b *box) unlock() {
 	b.flushing = true
 	for len(b.notes) > 0 {
 		batch := b.notes
-		b.notes, b.spare = b.spare, nil
+		b.notes = nil
 		b.mu.Unlock()
-		for _, n := range batch {
-			if n.f != nil {
-				n.f()
-			} else {
-				n.o.Attempt(n.a)
-			}
+		for _, f := range batch {
+			f()
 		}
-		clear(batch) // the observers, errors and closures, for the collector
 		b.mu.Lock()
-		b.spare = batch[:0]
 	}
 	b.flushing = false
 	b.mu.Unlock()
 }
 
 // note queues f to run once the lock is released; the lock is held.
-func (b *box) note(f func()) { b.notes = append(b.notes, note{f: f}) }
-
-// noteAttempt queues o.Attempt(a) to run once the lock is released; the
-// lock is held.
-func (b *box) noteAttempt(o Observer, a Attempt) { b.notes = append(b.notes, note{o: o, a: a}) }
+func (b *box) note(f func()) { b.notes = append(b.notes, f) }
 
 // dispatcher runs a driver's callbacks (OnNewLeader, OnStoppedLeading, and
 // the start of OnStartedLeading) in order on one goroutine, so that a slow

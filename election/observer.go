@@ -272,7 +272,7 @@ func (m *machine) reportLocked(r result, now time.Time, started, superseded bool
 		l.Leader, l.Term = uuid.Nil, 0 // seen, not renewed
 	}
 	a := newAttempt(m.e.namespace, m.id, now.Sub(r.start), l, started, superseded, err)
-	m.box.noteAttempt(o, a)
+	m.box.note(func() { o.Attempt(a) })
 }
 
 // newAttempt is the report of a round of candidate id in namespace ns that
