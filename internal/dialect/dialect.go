@@ -209,32 +209,43 @@ type Time struct {
 	Valid bool
 }
 
+// The text layouts whose shape textLayout tells apart, and the others
+// tried after them.
+const (
+	spaceLayout     = "2006-01-02 15:04:05.999999999"
+	tLayout         = "2006-01-02T15:04:05.999999999"
+	spaceZoneLayout = "2006-01-02 15:04:05.999999999Z07:00"
+	tZoneLayout     = "2006-01-02T15:04:05.999999999Z07:00"
+)
+
 var textLayouts = []string{
 	"2006-01-02 15:04:05.999999999-07:00",
 	"2006-01-02T15:04:05.999999999-07:00",
-	"2006-01-02 15:04:05.999999999",
-	"2006-01-02T15:04:05.999999999",
-	"2006-01-02T15:04:05.999999999Z07:00",
-	"2006-01-02 15:04:05.999999999Z07:00",
+	spaceLayout,
+	tLayout,
+	tZoneLayout,
+	spaceZoneLayout,
 }
 
-// textLayout is the layout of textLayouts that s looks written in: its
-// date and time separated by a space or a T, with or without a zone after
-// the seconds.
+// textLayout is the layout s looks written in: its date and time separated
+// by a space or a T, with or without a zone after the seconds.
 func textLayout(s string) (string, bool) {
-	if len(s) < len("2006-01-02 15:04:05") {
+	const seconds = len("2006-01-02 15:04:05")
+	if len(s) < seconds {
 		return "", false
 	}
-	zone := strings.ContainsAny(s[len("2006-01-02 15:04:05"):], "+-Z")
-	switch {
-	case s[10] == ' ' && !zone:
-		return textLayouts[2], true
-	case s[10] == 'T' && !zone:
-		return textLayouts[3], true
-	case s[10] == 'T':
-		return textLayouts[4], true
-	case s[10] == ' ':
-		return textLayouts[5], true
+	zone := strings.ContainsAny(s[seconds:], "+-Z")
+	switch s[10] {
+	case ' ':
+		if zone {
+			return spaceZoneLayout, true
+		}
+		return spaceLayout, true
+	case 'T':
+		if zone {
+			return tZoneLayout, true
+		}
+		return tLayout, true
 	}
 	return "", false
 }
