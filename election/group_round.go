@@ -168,13 +168,15 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 			if c != nil {
 				h.term = c.lease.Term
 			} else {
+				// A reclaim is read whatever the renewal does: the lease
+				// it grants again began at the seat's acquired_at.
 				reclaims++
+				in.Read = append(in.Read, mem.ns)
 			}
 			mem.renewing = true
 			mem.m.inflight.add()
 			held = append(held, h)
 			in.Held = append(in.Held, dialect.HeldLease{Namespace: mem.ns, Term: h.term})
-			in.Read = append(in.Read, mem.ns)
 		case !mem.seen || mem.m.last.Vacant() || mem.reread || mem.m.last.Leader == g.id:
 			// Never read, free when last read, not tried at its lease's
 			// edge (a lapse older than the window is not found by the
@@ -360,7 +362,7 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	g.carryLocked(took, len(held))
 	rand.Shuffle(len(attempts), func(i, j int) { attempts[i], attempts[j] = attempts[j], attempts[i] })
 	if g.cfg.Balance && out.Live > 0 {
-		attempts = g.balanceLocked(start, total, out.Live, attempts, len(in.Read)-len(in.Held) < len(free))
+		attempts = g.balanceLocked(start, total, out.Live, attempts, len(in.Read)-reclaims < len(free))
 	}
 	if !g.pace.Quick() {
 		// Shed: reported, and tried once the rounds are quick again.

@@ -134,21 +134,22 @@ func TestTermsObject(t *testing.T) {
 // TestGroupRound runs one round of a Group over namespaces in every state
 // a round meets, on every database, and checks what it renewed, wrote and
 // read: a lease held in the term given is renewed; one whose term moved
-// on, one held by another candidate and one already expired are not; the
-// member row is written, and the candidate rows of the namespaces joined,
-// which are live through it; the seats read are the vacant and lapsing
-// ones, those held and those asked for (a namespace without a seat row
-// reads as absent), never a live seat of another candidate the Group did
-// not ask for; and the live count counts each candidate once.
+// on, one held by another candidate, one already expired and one whose
+// seat row is gone are not; the member row is written, and the candidate
+// rows of the namespaces joined, which are live through it; the seats
+// read are the vacant and lapsing ones, those held (the ones not renewed
+// read although not asked for, a namespace without a seat row as absent)
+// and those asked for, never a live seat of another candidate the Group
+// did not ask for; and the live count counts each candidate once.
 func TestGroupRound(t *testing.T) {
 	for _, tg := range testdb.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
 			raw, ctx, d := roundOn(t, tg)
 			q := d.Statements()
 			base := testdb.Namespace(t)
-			held, moved, other, live, expired, vacant, free := base+`."held"`, base+`.moved\`, base+".other", base+".live",
-				base+".expired", base+".vacant", base+".free"
-			names := []string{held, moved, other, live, expired, vacant, free}
+			held, moved, other, live, expired, vacant, free, gone := base+`."held"`, base+`.moved\`, base+".other", base+".live",
+				base+".expired", base+".vacant", base+".free", base+".gone"
+			names := []string{held, moved, other, live, expired, vacant, free, gone}
 			me, them := uuid.New(), uuid.New()
 			exec := func(query string, args ...any) {
 				t.Helper()
@@ -180,8 +181,9 @@ func TestGroupRound(t *testing.T) {
 			expire := 7 * time.Second
 			in := dialect.RoundIn{Member: me, Hostname: "host", PID: 42, Label: "label", Expire: expire, Horizon: time.Second, Lapsed: time.Minute,
 				Joined: len(names), Join: names,
-				Held:   []dialect.HeldLease{{Namespace: held, Term: 5}, {Namespace: moved, Term: 4}, {Namespace: expired, Term: 2}, {Namespace: other, Term: 9}},
-				Read:   []string{held, moved, expired, other, free},
+				Held: []dialect.HeldLease{{Namespace: held, Term: 5}, {Namespace: moved, Term: 4}, {Namespace: expired, Term: 2}, {Namespace: other, Term: 9},
+					{Namespace: gone, Term: 1}},
+				Read:   []string{free},
 				Sample: []string{held, other}}
 			conn, err := raw.Conn(ctx)
 			if err != nil {
@@ -196,7 +198,7 @@ func TestGroupRound(t *testing.T) {
 			for _, s := range out.Seats {
 				got[s.Namespace] = s
 			}
-			want := []string{held, moved, other, expired, vacant, free}
+			want := []string{held, moved, other, expired, vacant, free, gone}
 			for _, ns := range want {
 				if _, ok := got[ns]; !ok {
 					t.Errorf("%s: not read", ns)
@@ -205,8 +207,14 @@ func TestGroupRound(t *testing.T) {
 			if _, ok := got[live]; ok || len(got) != len(want) {
 				t.Errorf("read %d seats %v, want exactly %q: another candidate's live seat, not asked for, is not read", len(got), got, want)
 			}
-			if got[free].Exists || !got[vacant].Exists || got[vacant].Leader.Valid {
-				t.Errorf("free %+v, vacant %+v", got[free], got[vacant])
+			if got[free].Exists || got[gone].Exists || !got[vacant].Exists || got[vacant].Leader.Valid {
+				t.Errorf("free %+v, gone %+v, vacant %+v", got[free], got[gone], got[vacant])
+			}
+			if s := got[moved]; !s.Exists || s.Term != 3 || !s.Leader.Valid || s.Leader.UUID != me {
+				t.Errorf("moved on, not renewed: read %+v, want the seat in its own term 3", s)
+			}
+			if s := got[held]; s.Term != 5 || !s.Leader.Valid || s.Leader.UUID != me || !s.Expires.Valid || !s.Expires.Time.Equal(out.Renewed[held]) {
+				t.Errorf("held, renewed: %+v, want the member's in term 5 until %v", s, out.Renewed[held])
 			}
 			// The renewal reads the clock before the reading does, but on
 			// PostgreSQL, where it is one reading.

@@ -3,6 +3,7 @@ package dialect
 import (
 	"context"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -50,10 +51,12 @@ type RoundIn struct {
 	Joined int
 	// Held are the leases to renew.
 	Held []HeldLease
-	// Read are namespaces whose seats are read whatever their state: the
-	// held ones (to tell why a lease was not renewed), those the Group has
-	// not read yet, and those it last saw free. A namespace without a
-	// leader row is reported with Exists false.
+	// Read are namespaces whose seats are read whatever their state: those
+	// the Group has not read yet, those it last saw free, and held ones
+	// whose row it needs whether or not the renewal changes it. The other
+	// held seats are read only when the renewal did not change them (to
+	// tell why); a renewed one is reported without a reading (RoundOut).
+	// A namespace without a leader row is reported with Exists false.
 	Read []string
 	// Join are the namespaces whose candidate rows, pointing to the member
 	// row, the round writes: those joined since the last round.
@@ -82,8 +85,11 @@ type RoundOut struct {
 	// Now is the database clock the round read; Sent is the local time
 	// before the reading was sent.
 	Now, Sent time.Time
-	// Seats are the seats read: each of Read, and every other joined one
-	// that is vacant or whose lease ends within the horizon.
+	// Seats are the seats read: each of Held and Read, and every other
+	// joined one that is vacant or whose lease ends within the horizon. A
+	// held seat that was renewed may come without a reading (PostgreSQL):
+	// its Leader is the member, its Term the lease's and Expires the new
+	// end, and Acquired is unset.
 	Seats []RoundSeat
 	// Renewed maps each namespace whose lease the round renewed to the
 	// lease's new end.
@@ -119,8 +125,10 @@ func GroupRound(ctx context.Context, conn gorm.ConnPool, d Dialect, in RoundIn) 
 		for i, h := range in.Held {
 			nss[i], terms[h.Namespace] = h.Namespace, h.Term
 		}
-		// The seats read are sent in two arrays: those held, read by key,
-		// and the others, read as the plan sees fit (pgRound).
+		// The seats read whatever their state are sent in two arrays:
+		// those held, read by key, and the others, read as the plan sees
+		// fit (pgRound). The other held seats come back only when the
+		// renewal did not change them.
 		var heldRead, otherRead []string
 		for _, ns := range in.Read {
 			if _, held := terms[ns]; held {
@@ -137,9 +145,16 @@ func GroupRound(ctx context.Context, conn gorm.ConnPool, d Dialect, in RoundIn) 
 		if err != nil {
 			return out, err
 		}
-		_, _, err = out.scan(rows, in, pgCols)
-		return out, err
+		changed, _, err := out.scan(rows, in, pgCols)
+		if err != nil {
+			return out, err
+		}
+		renewedUnread(&out, in, changed)
+		return out, nil
 	}
+	// The other databases read every held seat: a renewal without
+	// RETURNING is known by its reading.
+	in.Read = withHeld(in.Read, in.Held)
 	if m, ok := d.(mysql); ok && m.compound {
 		return mariaGroupRound(ctx, conn, in)
 	}
@@ -289,6 +304,53 @@ func GroupRound(ctx context.Context, conn gorm.ConnPool, d Dialect, in RoundIn) 
 		out.Doubtful = true
 	}
 	return out, nil
+}
+
+// renewedUnread completes a PostgreSQL round's Renewed and Seats with the
+// held seats it renewed but did not read (pgRound): each one held by the
+// member in its term, to the round's clock plus the expiry window, as
+// the renewal wrote it. changed is the count of the rows the renewal
+// changed; when the seats read as renewed and those unread do not add up
+// to it, what the round says of its leases cannot be trusted, and none is
+// reported renewed (Doubtful), as on the MySQL family.
+func renewedUnread(out *RoundOut, in RoundIn, changed int64) {
+	if len(in.Held) == 0 {
+		return
+	}
+	read := make(map[string]bool, len(out.Seats))
+	for _, s := range out.Seats {
+		read[s.Namespace] = true
+	}
+	exp := out.Now.Add(in.Expire.Truncate(time.Microsecond))
+	for _, h := range in.Held {
+		if !read[h.Namespace] {
+			out.Renewed[h.Namespace] = exp
+			out.Seats = append(out.Seats, RoundSeat{Namespace: h.Namespace, Exists: true, Term: h.Term,
+				Leader: uuid.NullUUID{UUID: in.Member, Valid: true}, Expires: Time{Time: exp, Valid: true}})
+		}
+	}
+	if int64(len(out.Renewed)) != changed {
+		clear(out.Renewed)
+		out.Doubtful = true
+	}
+}
+
+// withHeld returns read with the namespaces of held it lacks added.
+func withHeld(read []string, held []HeldLease) []string {
+	if len(held) == 0 {
+		return read
+	}
+	in := make(map[string]bool, len(read))
+	for _, ns := range read {
+		in[ns] = true
+	}
+	out := slices.Clip(read)
+	for _, h := range held {
+		if !in[h.Namespace] {
+			out = append(out, h.Namespace)
+		}
+	}
+	return out
 }
 
 // memberKeep are the member row's columns a round refreshes.

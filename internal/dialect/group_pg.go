@@ -11,7 +11,10 @@ import "strconv"
 // sampled namespaces; those read whatever their state that are not held;
 // the time since a lease ended (negative); whether to take the member's
 // mark off the seats it does not renew (RoundIn.Release); those read
-// whatever their state that are held. The namespaces joined
+// whatever their state that are held. Of the other seats held, only those
+// the renewal did not change are read; the last column counts the
+// renewal's rows (RoundOut.Renewed, which GroupRound completes from
+// them). The namespaces joined
 // are not sent: the range reads the seats of those where the member has
 // a candidate row (one probe of its key for each seat in the range), so
 // a round costs the seats it reads, not every namespace the Group joined
@@ -103,6 +106,16 @@ func pgRound(d Dialect, n int) string {
 		"JOIN election_leaders l ON l.member_id = mm.member_id AND l.leader_id = mm.member_id "+joined+
 		"UNION SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at "+
 		"FROM election_leaders l WHERE l.namespace = ANY(ARRAY(SELECT unnest(CAST($14 AS text[])))) "+
+		// The held seats the renewal did not change, each probed by key
+		// once they are known (OFFSET 0 keeps the renewal's rows taken
+		// away first, the LIMIT the probe a nested loop: joined, the
+		// planner hashes every seat), a missing row as NULLs: a steady round,
+		// which renews every seat it holds, returns none of them. The
+		// client knows a renewed seat without reading it: its holder,
+		// term and new expiry (the clock plus the window) are its own.
+		"UNION SELECT h.ns, l.leader_id, l.term, l.lease_expires_at, l.acquired_at "+
+		"FROM (SELECT v.ns FROM unnest(CAST($7 AS text[])) AS v(ns) WHERE NOT EXISTS (SELECT 1 FROM r WHERE r.namespace = v.ns) OFFSET 0) h "+
+		"LEFT JOIN LATERAL (SELECT * FROM election_leaders l WHERE l.namespace = h.ns LIMIT 1) l ON true "+
 		"UNION SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at "+
 		"FROM election_leaders l WHERE l.namespace = ANY(CAST($11 AS text[]))), "+
 		// The member row as it was before m refreshed it (the snapshot):
@@ -110,6 +123,6 @@ func pgRound(d Dialect, n int) string {
 		// candidate rows from any prune.
 		"o AS (SELECT COUNT(*) AS n FROM c, election_members e WHERE e.member_id = $1 "+
 		"AND e.expires_at >= c.n - CAST($5 AS bigint) * interval '1 microsecond') "+
-		"SELECT c.n, s.namespace, s.leader_id, s.term, s.lease_expires_at, s.acquired_at, r.lease_expires_at, k.n, o.n "+
-		"FROM c CROSS JOIN k CROSS JOIN o LEFT JOIN s ON true LEFT JOIN r ON r.namespace = s.namespace")
+		"SELECT c.n, s.namespace, s.leader_id, s.term, s.lease_expires_at, s.acquired_at, r.lease_expires_at, k.n, o.n, "+
+		"(SELECT COUNT(*) FROM r) FROM c CROSS JOIN k CROSS JOIN o LEFT JOIN s ON true LEFT JOIN r ON r.namespace = s.namespace")
 }

@@ -15,7 +15,8 @@ const (
 	// acquired_at, the live count (readSeats).
 	readCols roundCols = iota
 	// pgCols: as readCols, with the renewal's new expiry before the live
-	// count and, after it, whether the member row was kept (pgRound).
+	// count and, after it, whether the member row was kept and the rows
+	// the renewal changed (pgRound).
 	pgCols
 	// mariaCols: as readCols, then whether the member row was kept, the
 	// rows the renewal changed, and the clock the statement read first
@@ -24,9 +25,11 @@ const (
 )
 
 // scan reads a round's rows, in the shape cols, and returns the rows the
-// renewal changed and the clock the statement read first (mariaCols). A
-// row of NULLs but the clock and the counts stands for no seat. Each
-// namespace of in.Read without a row is reported with Exists false.
+// renewal changed (pgCols, mariaCols) and the clock the statement read
+// first (mariaCols). A row of NULLs but the clock and the counts stands
+// for no seat, and a row with a namespace but no term for a namespace
+// without a leader row (Exists false), as does each namespace of in.Read
+// without a row.
 func (out *RoundOut) scan(rows *sql.Rows, in RoundIn, cols roundCols) (changed int64, began time.Time, err error) {
 	defer rows.Close()
 	seen := make(map[string]bool, len(in.Read))
@@ -45,7 +48,7 @@ func (out *RoundOut) scan(rows *sql.Rows, in RoundIn, cols roundCols) (changed i
 	dest := []any{&now, &ns, &leader, &term, &exp, &acq}
 	switch cols {
 	case pgCols:
-		dest = append(dest, &rexp, &live, &kept)
+		dest = append(dest, &rexp, &live, &kept, &chg)
 	case mariaCols:
 		dest = append(dest, &live, &kept, &chg, &first)
 	default:
@@ -60,7 +63,7 @@ func (out *RoundOut) scan(rows *sql.Rows, in RoundIn, cols roundCols) (changed i
 			continue
 		}
 		seen[ns.String] = true
-		out.Seats = append(out.Seats, RoundSeat{Namespace: ns.String, Exists: true, Leader: leader, Term: term.Int64, Expires: exp, Acquired: acq})
+		out.Seats = append(out.Seats, RoundSeat{Namespace: ns.String, Exists: term.Valid, Leader: leader, Term: term.Int64, Expires: exp, Acquired: acq})
 		if rexp.Valid {
 			out.Renewed[ns.String] = rexp.Time
 		}
