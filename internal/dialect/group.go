@@ -269,7 +269,8 @@ func GroupRound(ctx context.Context, conn gorm.ConnPool, d Dialect, in RoundIn) 
 	if len(in.Sample) > 0 {
 		args = append(args, in.Member)
 	}
-	args = append(args, d.DurationArg(-in.Lapsed), d.DurationArg(in.Horizon), in.Member)
+	args = append(args, p.freeArgs(d.DurationArg(-in.Lapsed), d.DurationArg(in.Horizon))...)
+	args = append(args, in.Member)
 	args = append(args, anyStrings(in.Read)...)
 	out.Sent = time.Now()
 	rows, err := conn.QueryContext(ctx, finish(d, readSeats(p, len(in.Read), len(in.Sample))), args...)
@@ -381,10 +382,10 @@ const insertMemberCandidate = "INSERT INTO election_candidates (namespace, candi
 
 // readSeats is the reading of a round but PostgreSQL's: parameters are the
 // sampled namespaces and the member id (when sample > 0), the time since a
-// seat became free (a negative duration) and the horizon (a duration), the
-// member id, then the namespaces read whatever their state. The index on
-// free_at finds the seats that lapse or were vacated lately without
-// visiting the others; of those, the namespaces where the member has a
+// seat became free (a negative duration) and the horizon (a duration), as
+// freeArgs gives them, the member id, then the namespaces read whatever
+// their state. An index (freeBetween) finds the seats that lapse or were
+// vacated lately without visiting the others; of those, the namespaces where the member has a
 // candidate row (the round wrote those it joins before this reading) are
 // read, each by one probe of that row's key. The joined namespaces are not
 // sent: the statement costs the seats it reads, not the namespaces joined.
@@ -396,7 +397,7 @@ func readSeats(p pieces, read, sample int) string {
 			" AND e.candidate_id <> ? GROUP BY e.namespace) x)"
 	}
 	at := stmtNow(p)
-	where := "(l.free_at > " + p.plus(at) + " AND l.free_at < " + p.plus(at) +
+	where := "(" + p.freeBetween(p.plus(at), p.plus(at)) +
 		" AND EXISTS (SELECT 1 FROM election_candidates c WHERE c.namespace = l.namespace AND c.candidate_id = ?))"
 	if read > 0 {
 		where += " OR l.namespace IN (" + marks(read) + ")"

@@ -33,8 +33,8 @@ import (
 //  5. It reads the clock again, and the seats: those of the namespaces
 //     where the member has a candidate row (the joined ones, written by
 //     this round or before it) whose lease ends within the horizon or
-//     that became free lately (through the index on free_at, between two
-//     constants, then one probe of the candidate row's key a seat), and
+//     that became free lately (through the index on (lease_expires_at,
+//     updated_at), between two constants, then one probe of the candidate row's key a seat), and
 //     those read whatever their state, by key; then the live count, the
 //     member row's state before the refresh, the rows the renewal
 //     changed, and the clock's first reading.
@@ -90,7 +90,7 @@ var mariaRoundSQL = "BEGIN NOT ATOMIC " +
 	"SELECT v_at, s.namespace, s.leader_id, s.term, s.lease_expires_at, s.acquired_at, v_live, v_kept, v_changed, v_now " +
 	"FROM (SELECT 1 AS one) t LEFT JOIN (" +
 	"SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at FROM election_leaders l " +
-	"WHERE l.free_at > v_lo AND l.free_at < v_hi " +
+	"WHERE " + mysql{}.freeBetween("v_lo", "v_hi") + " " +
 	"AND EXISTS (SELECT 1 FROM election_candidates e WHERE e.namespace = l.namespace AND e.candidate_id = v_id) " +
 	"UNION SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at FROM " + mariaJSONTable("v_read") + " " +
 	"JOIN election_leaders l ON l.namespace = w.ns" +

@@ -122,15 +122,15 @@ func (d mysql) fence(ctx context.Context, conn gorm.ConnPool, ns string, id uuid
 
 // migrationRace reports whether err, from a migration step on a Galera
 // node, is what a step already applied through another node gives: the
-// table, column or index exists, the version is recorded, or certification
-// lost to the other node's statement.
+// table, column or index exists (or, for a drop, is gone), the version is
+// recorded, or certification lost to the other node's statement.
 func (d mysql) migrationRace(err error) bool {
 	var me *drv.MySQLError
 	if !d.galera || !errors.As(err, &me) {
 		return false
 	}
 	switch me.Number {
-	case 1050, 1060, 1061, 1062, 1213:
+	case 1050, 1060, 1061, 1062, 1091, 1213:
 		return true
 	}
 	return false
@@ -157,6 +157,19 @@ func (mysql) upsert(_, cols []string) string {
 }
 
 func (mysql) insertIgnore() string { return "ON DUPLICATE KEY UPDATE namespace = namespace" }
+
+// freeBetween reads the lease's end, or the last change of a vacant seat,
+// through the index on (lease_expires_at, updated_at) (schema version 6):
+// two ranges of it. The virtual column free_at, the same value, is no
+// longer indexed: on MariaDB an index on a virtual column makes InnoDB's
+// purge open the table to compute it, and a purge worker was seen looping
+// there (open_purge_table) while the server's memory grew by some 250 MB a
+// second until the kernel killed it (docs/distributed.md).
+func (mysql) freeBetween(lo, hi string) string {
+	return "(l.lease_expires_at > " + lo + " AND l.lease_expires_at < " + hi +
+		" OR l.lease_expires_at IS NULL AND l.updated_at > " + lo + " AND l.updated_at < " + hi + ")"
+}
+func (mysql) freeArgs(lo, hi any) []any { return []any{lo, hi, lo, hi} }
 
 func (d mysql) selectLeader(lock Lock) string {
 	suffix := ""

@@ -204,6 +204,14 @@ func (postgres) upsert(keys, cols []string) string { return onConflictUpdate(key
 
 func (postgres) insertIgnore() string { return "ON CONFLICT (namespace) DO NOTHING" }
 
+// freeBetween reads free_at, indexed (schema version 3; since version 5 it
+// is NULL while a Group renews the seat, which then lapses with its member
+// row: pgRound).
+func (postgres) freeBetween(lo, hi string) string {
+	return "l.free_at > " + lo + " AND l.free_at < " + hi
+}
+func (postgres) freeArgs(lo, hi any) []any { return []any{lo, hi} }
+
 func (postgres) selectLeader(lock Lock) string {
 	// FOR UPDATE cannot apply to the nullable side of an outer join, so the
 	// lock is taken in a CTE; the clock is read in the outer query, after it.

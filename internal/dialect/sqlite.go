@@ -66,6 +66,13 @@ func (sqlite) upsert(keys, cols []string) string { return onConflictUpdate(keys,
 
 func (sqlite) insertIgnore() string { return "ON CONFLICT (namespace) DO NOTHING" }
 
+// freeBetween reads free_at, a virtual column with an index (schema
+// version 3).
+func (sqlite) freeBetween(lo, hi string) string {
+	return "l.free_at > " + lo + " AND l.free_at < " + hi
+}
+func (sqlite) freeArgs(lo, hi any) []any { return []any{lo, hi} }
+
 // selectLeader with UpdateLock reads the row with a write: an upsert that
 // creates the namespace's row vacant with term 0 when it is missing, changes
 // nothing when it exists, and returns it. A transaction that reads first and

@@ -158,6 +158,13 @@ type pieces interface {
 	// selectLeader is the leader query of Statements.SelectLeader, with a
 	// ? or $1 marker as the driver wants it.
 	selectLeader(lock Lock) string
+	// freeBetween is the condition that the seat row aliased l is or
+	// became free strictly between the timestamp expressions lo and hi:
+	// COALESCE(lease_expires_at, updated_at), through an index. It may
+	// use each more than once: freeArgs gives the arguments of their
+	// markers, in order.
+	freeBetween(lo, hi string) string
+	freeArgs(lo, hi any) []any
 }
 
 // A candidate's liveness, in one place for every statement that reads
