@@ -66,11 +66,10 @@ func (g *Group) shareLocked() int {
 }
 
 // paceLocked updates the attempts' budget after a round that took d and
-// ended with err: a failed round, or one slower than a quarter of the
-// interval (an attempt of several round trips as slow must still fit in
-// the trust window), sheds the attempts (internal/pace); g.box is held.
+// ended with err: a failed round, or a slow one (slowRound), sheds the
+// attempts (internal/pace); g.box is held.
 func (g *Group) paceLocked(d time.Duration, err error) {
-	slow := err != nil || d > g.t.interval/4
+	slow := err != nil || d > g.t.slowRound()
 	if err == nil && d > g.t.trust()*3/8 {
 		g.heavy++
 	} else {

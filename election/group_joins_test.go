@@ -62,11 +62,7 @@ func TestGroupWritesCandidateRowsInSteps(t *testing.T) {
 			// Joined out of order: the Group sorts them itself.
 			shuffled := slices.Clone(nss)
 			slices.Reverse(shuffled)
-			// A second between rounds: a round slower than a quarter of
-			// the interval sheds the attempts, and at 200 ms every TiDB
-			// round on a 2-core machine, after the suite before it, was
-			// (the Group led 0-2 namespaces after a minute).
-			g, err := NewGroup(ctx, db, uuid.New(), GroupConfig{Namespaces: shuffled, Interval: time.Second}, WithLogger(silent))
+			g, err := NewGroup(ctx, db, uuid.New(), GroupConfig{Namespaces: shuffled, Interval: 200 * time.Millisecond}, WithLogger(silent))
 			if err != nil {
 				t.Fatal(err)
 			}

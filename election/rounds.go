@@ -65,6 +65,17 @@ func checkTiming(expire, interval, margin, shutdown time.Duration) (timing, erro
 // round that obtained it.
 func (t timing) trust() time.Duration { return t.expire - t.margin }
 
+// slowRound is how long a Group's round may take before the Group judges
+// the database slow and sheds its attempts (paceLocked): a quarter of the
+// interval, or a tenth of the trust window when that is longer, so that
+// an attempt of several round trips, each as slow, still fits in the trust
+// window. With the default interval (a third of the expiry window) the two
+// agree; a short interval under a long window no longer calls slow what
+// the window has ample room for: a Group at Interval 200 ms on a database
+// whose rounds took 60-100 ms (TiDB, on a busy machine) shed every attempt
+// and led none of its namespaces.
+func (t timing) slowRound() time.Duration { return max(t.interval/4, t.trust()/10) }
+
 // renewEvery is how often a leader renews: by its lease, every third of
 // the expiry window, or by Interval when that is longer. Followers poll
 // every Interval, which may be much shorter; an idle leader does not.

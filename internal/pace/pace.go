@@ -2,8 +2,9 @@
 // rounds (and the renewals in them) always run, and the attempts are shed
 // first when the database is slow.
 //
-// A round that is slow (the caller judges: it took more than a quarter of
-// the interval) or failed stops the attempts until a round is quick again;
+// A round that is slow (the caller judges: package election takes a
+// quarter of the interval, or a tenth of the trust window when longer) or
+// failed stops the attempts until a round is quick again;
 // from there the budget per interval doubles with each quick round, and
 // halves when an attempt fails. So a fleet too large for its database, or
 // a server slowed or paused for a while, sends its rounds and little else:
