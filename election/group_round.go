@@ -167,9 +167,7 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 			h := heldSeat{mem: mem, lead: c, term: term}
 			if c != nil {
 				h.term = c.lease.Term
-			} else {
-				// A reclaim is read whatever the renewal does: the lease
-				// it grants again began at the seat's acquired_at.
+			} else { // a reclaim, read whatever the renewal does: its lease began at acquired_at
 				reclaims++
 				in.Read = append(in.Read, mem.ns)
 			}
