@@ -34,7 +34,8 @@ import (
 //     where the member has a candidate row (the joined ones, written by
 //     this round or before it) whose lease ends within the horizon or
 //     that became free lately (through the index on (lease_expires_at,
-//     updated_at), between two constants, then one probe of the candidate row's key a seat), and
+//     updated_at), between two constants, then one probe of the candidate
+//     row's key a seat), and
 //     those read whatever their state, by key; then the live count, the
 //     member row's state before the refresh, the rows the renewal
 //     changed, and the clock's first reading.

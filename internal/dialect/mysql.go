@@ -164,7 +164,7 @@ func (mysql) insertIgnore() string { return "ON DUPLICATE KEY UPDATE namespace =
 // longer indexed: on MariaDB an index on a virtual column makes InnoDB's
 // purge open the table to compute it, and a purge worker was seen looping
 // there (open_purge_table) while the server's memory grew by some 250 MB a
-// second until the kernel killed it (docs/distributed.md).
+// second until the kernel killed it (docs/reliability.md, Findings).
 func (mysql) freeBetween(lo, hi string) string {
 	return "(l.lease_expires_at > " + lo + " AND l.lease_expires_at < " + hi +
 		" OR l.lease_expires_at IS NULL AND l.updated_at > " + lo + " AND l.updated_at < " + hi + ")"
