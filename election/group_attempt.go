@@ -363,6 +363,7 @@ func (g *Group) takeSeats(ctx context.Context, mems []*member, cause roundCause)
 		nss[i] = mem.ns
 	}
 	granted := make(map[string]Lease, len(mems))
+	held := map[string]heldReading{}
 	err := g.hooks.before(actx)
 	// In statements of at most SeatsPerTake namespaces, each committing
 	// by itself: the grants of those that did stand when a later one
@@ -371,13 +372,25 @@ func (g *Group) takeSeats(ctx context.Context, mems []*member, cause roundCause)
 		part := nss[:min(len(nss), per)]
 		nss = nss[len(part):]
 		id := g.base.identity
+		var (
+			t    dialect.Taken
+			sent = time.Now()
+		)
 		err = g.batch.autocommit(actx, "Elect", nil, func(conn gorm.ConnPool, _ bool) error {
-			grants, _, err := dialect.TakeSeats(actx, conn, g.base.d, g.id, part, g.base.expire, id.Hostname, id.PID, id.Label, string(EndExpired))
-			for _, s := range grants {
-				granted[s.Namespace] = Lease{Namespace: s.Namespace, Leader: g.id, Term: s.Term, ExpiresAt: s.Expires.Time, AcquiredAt: s.Acquired.Time}
-			}
+			var err error
+			t, _, err = dialect.TakeSeats(actx, conn, g.base.d, g.id, part, g.base.expire, id.Hostname, id.PID, id.Label, string(EndExpired))
 			return err
 		})
+		for _, s := range t.Grants {
+			granted[s.Namespace] = Lease{Namespace: s.Namespace, Leader: g.id, Term: s.Term, ExpiresAt: s.Expires.Time, AcquiredAt: s.Acquired.Time}
+		}
+		if err == nil {
+			answered := time.Now()
+			for _, s := range t.Held {
+				held[s.Namespace] = heldReading{seat: seat{now: t.Now, exists: true, leader: s.Leader.UUID, term: s.Term,
+					expires: s.Expires.Time, acquired: s.Acquired.Time}, sent: sent, answered: answered}
+			}
+		}
 	}
 	g.box.lock()
 	for _, mem := range mems {
@@ -385,11 +398,20 @@ func (g *Group) takeSeats(ctx context.Context, mems []*member, cause roundCause)
 		if l, ok := granted[mem.ns]; ok {
 			r.lease = l
 			mem.seen = true
+		} else if h, ok := held[mem.ns]; ok {
+			// Held by another, as a round's reading would show it: the
+			// rounds leave the seat alone (restsLocked) until its lease
+			// nears its end, instead of reading it again until they see
+			// the holder.
+			mem.m.e.noteSeat(h.seat, h.sent, h.answered)
+			mem.seen, mem.reread = true, false
+			r.lease, r.observe = mem.m.e.lease(h.seat), true
 		} else if err != nil {
 			r.err = err
 		} else {
-			// Taken by another since the reading: the next round, or the
-			// lease's edge, shows it.
+			// Taken by another since the reading (inserted or locked by
+			// another take): the next round, or the lease's edge, shows
+			// it.
 			r.lease, r.observe = mem.m.last, true
 		}
 		g.attemptedLocked(mem, r)

@@ -134,3 +134,11 @@ func (e *Election) cached(id uuid.UUID) (Lease, bool) {
 	l, ok := e.held[id]
 	return l, ok
 }
+
+// heldReading is a seat a batch take found held by another candidate,
+// with the local times around the statement (noteSeat's sent and
+// answered).
+type heldReading struct {
+	seat           seat
+	sent, answered time.Time
+}

@@ -490,42 +490,71 @@ func anyStrings(ss []string) []any {
 // seat found held is left alone, unlocked, and so is one whose row another
 // transaction has locked (SKIP LOCKED: a renewal, a vacate, another take),
 // so that a batch never waits for a leader's renewal nor makes one wait;
-// the next round or wake-up tries it again. It returns the grants; ok is
-// false on the other databases, whose Groups take seats one at a time.
+// the next round or wake-up tries it again. It returns the grants and, on
+// PostgreSQL, the seats its snapshot showed held by another candidate's
+// live lease (Taken); ok is false on the other databases, whose Groups
+// take seats one at a time.
 // The member's candidate rows are not touched: its member row keeps them.
 // nss holds at most SeatsPerTake(d) namespaces. It runs outside any
 // transaction: MariaDB's statement holds one of its own.
 func TakeSeats(ctx context.Context, conn gorm.ConnPool, d Dialect, member uuid.UUID, nss []string, expire time.Duration,
-	hostname string, pid int, label, expired string) (grants []RoundSeat, ok bool, err error) {
+	hostname string, pid int, label, expired string) (t Taken, ok bool, err error) {
 	switch d := d.(type) {
 	case postgres:
 	case mysql:
 		if !d.compound {
-			return nil, false, nil
+			return Taken{}, false, nil
 		}
-		grants, err := mariaTakeSeats(ctx, conn, member, nss, expire, hostname, pid, label, expired)
-		return grants, true, err
+		t.Grants, err = mariaTakeSeats(ctx, conn, member, nss, expire, hostname, pid, label, expired)
+		return t, true, err
 	default:
-		return nil, false, nil
+		return Taken{}, false, nil
 	}
 	rows, err := conn.QueryContext(ctx, finish(d, pgTakeSeats()), TextArray(nss), member, d.DurationArg(expire), hostname, int64(pid), label, expired)
 	if err != nil {
-		return nil, true, err
+		return Taken{}, true, err
 	}
 	defer rows.Close()
 	for rows.Next() {
-		s := RoundSeat{Exists: true, Leader: uuid.NullUUID{UUID: member, Valid: true}}
-		if err := rows.Scan(&s.Namespace, &s.Term, &s.Expires, &s.Acquired); err != nil {
-			return nil, true, err
+		var (
+			s   = RoundSeat{Exists: true}
+			now Time
+		)
+		if err := rows.Scan(&s.Namespace, &s.Term, &s.Expires, &s.Acquired, &s.Leader, &now); err != nil {
+			return Taken{}, true, err
 		}
-		grants = append(grants, s)
+		t.Now = now.Time
+		if !s.Leader.Valid {
+			s.Leader = uuid.NullUUID{UUID: member, Valid: true}
+			t.Grants = append(t.Grants, s)
+		} else {
+			t.Held = append(t.Held, s)
+		}
 	}
-	return grants, true, rows.Err()
+	return t, true, rows.Err()
+}
+
+// Taken is what TakeSeats returned.
+type Taken struct {
+	// Grants are the seats granted to the member.
+	Grants []RoundSeat
+	// Held are the seats the statement's snapshot showed held by another
+	// candidate's live lease (PostgreSQL only; none elsewhere), as a
+	// round's reading of them would, on the database clock Now: at a cold
+	// start most seats a take misses were taken by another a moment
+	// before, and a Group that knew only that it missed them read them
+	// again, round after round, until a reading showed the holder. A seat
+	// another take inserted or had locked is in neither list (the
+	// snapshot predates it).
+	Held []RoundSeat
+	Now  time.Time
 }
 
 // pgTakeSeats is TakeSeats' statement. Parameters: the namespaces (a text
 // array), member id, expiry window, hostname, pid, label, the end reason of
-// a lapsed term.
+// a lapsed term. It returns the grants (no holder), then the seats of the
+// namespaces its snapshot shows held by another's live lease (the holder),
+// each with the clock read before the inserts.
 //
 // It inserts only the namespaces without a row in its snapshot: an insert
 // that met a row another take is changing would wait for that take,
@@ -553,7 +582,11 @@ func pgTakeSeats() string {
 		"WHERE o.namespace = g.namespace AND o.term = g.old_term AND g.old IS NOT NULL AND o.ended_at IS NULL), " +
 		"a AS (SELECT namespace, term, lease_expires_at, acquired_at FROM g UNION ALL SELECT namespace, term, lease_expires_at, acquired_at FROM i), " +
 		"h AS (" + insertTerm + "SELECT a.namespace, a.term, " + id + ", " + identity + ", a.acquired_at FROM a " + termUpsert(p) + ") " +
-		"SELECT namespace, term, lease_expires_at, acquired_at FROM a"
+		"SELECT a.namespace, a.term, a.lease_expires_at, a.acquired_at, CAST(NULL AS uuid), c.n FROM a, c " +
+		"UNION ALL SELECT l.namespace, l.term, l.lease_expires_at, l.acquired_at, l.leader_id, c.n " +
+		"FROM election_leaders l JOIN w ON w.ns = l.namespace, c " +
+		"WHERE l.leader_id IS NOT NULL AND l.leader_id <> " + id + " AND l.lease_expires_at > c.n " +
+		"AND NOT EXISTS (SELECT 1 FROM a WHERE a.namespace = l.namespace)"
 }
 
 // OneStatementRound reports whether a Group's round is one statement on d,

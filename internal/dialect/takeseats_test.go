@@ -42,12 +42,25 @@ func TestTakeSeatsSkipsLocked(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		grants, ok, err := dialect.TakeSeats(tk.ctx, tk.lockTimeoutConn(t), tk.d, me, []string{free, held, locked, lapsed, fresh}, time.Minute, "host", 1, "", "expired")
+		taken, ok, err := dialect.TakeSeats(tk.ctx, tk.lockTimeoutConn(t), tk.d, me, []string{free, held, locked, lapsed, fresh}, time.Minute, "host", 1, "", "expired")
 		if err != nil || !ok {
 			t.Fatalf("TakeSeats: ok %v, err %v (a wait for the locked row ends in a lock timeout)", ok, err)
 		}
+		// On PostgreSQL the take also reports the seat it found held, as a
+		// reading would: the holder, the term and the lease's end, on the
+		// database clock.
+		if tk.name == "postgres" {
+			if len(taken.Held) != 1 {
+				t.Errorf("held seats reported: %+v, want only %s", taken.Held, held)
+			} else if h := taken.Held[0]; h.Namespace != held || h.Leader.UUID != other || h.Term != 1 ||
+				h.Expires.Time.Sub(hour).Abs() > time.Millisecond || h.Expires.Time.Sub(taken.Now) < 59*time.Minute {
+				t.Errorf("held seat reported as %+v at %v, want %s held by %v in term 1 until %v", h, taken.Now, held, other, hour)
+			}
+		} else if len(taken.Held) != 0 {
+			t.Errorf("held seats reported on %s: %+v, want none", tk.name, taken.Held)
+		}
 		terms := map[string]int64{}
-		for _, g := range grants {
+		for _, g := range taken.Grants {
 			terms[g.Namespace] = g.Term
 			if g.Leader.UUID != me || !g.Expires.Time.After(g.Acquired.Time) {
 				t.Errorf("grant %+v: want a lease of %v", g, me)
@@ -104,9 +117,9 @@ func TestTakeSeatsBesideAnotherTake(t *testing.T) {
 		}
 		defer func() { _ = first.Rollback() }()
 		if tk.name == "postgres" {
-			grants, _, err := dialect.TakeSeats(tk.ctx, first, tk.d, uuid.New(), []string{both, theirs}, time.Minute, "host", 1, "", "expired")
-			if err != nil || len(grants) != 2 {
-				t.Fatalf("the first take: %d grants, %v; want 2", len(grants), err)
+			taken, _, err := dialect.TakeSeats(tk.ctx, first, tk.d, uuid.New(), []string{both, theirs}, time.Minute, "host", 1, "", "expired")
+			if err != nil || len(taken.Grants) != 2 {
+				t.Fatalf("the first take: %d grants, %v; want 2", len(taken.Grants), err)
 			}
 		} else {
 			id, hour := uuid.New(), time.Now().Add(time.Hour).UTC()
@@ -123,12 +136,15 @@ func TestTakeSeatsBesideAnotherTake(t *testing.T) {
 			}
 		}
 
-		grants, _, err := dialect.TakeSeats(tk.ctx, tk.lockTimeoutConn(t), tk.d, uuid.New(), []string{mine, both}, time.Minute, "host", 1, "", "expired")
+		taken, _, err := dialect.TakeSeats(tk.ctx, tk.lockTimeoutConn(t), tk.d, uuid.New(), []string{mine, both}, time.Minute, "host", 1, "", "expired")
 		if err != nil {
 			t.Fatalf("the second take waited for the first (a wait ends in a lock timeout): %v", err)
 		}
+		if len(taken.Held) != 0 {
+			t.Errorf("the second take reported %+v held; the seats the first is granting are not held in its snapshot", taken.Held)
+		}
 		var got []string
-		for _, g := range grants {
+		for _, g := range taken.Grants {
 			got = append(got, g.Namespace)
 		}
 		if !slices.Equal(got, []string{mine}) {
@@ -154,12 +170,12 @@ func TestTakeSeatsUnusualNamespaces(t *testing.T) {
 			nss = append(nss, fmt.Sprintf("%s.%04d", tk.base, i))
 		}
 		me := uuid.New()
-		grants, _, err := dialect.TakeSeats(tk.ctx, tk.raw, tk.d, me, nss, time.Minute, "host", 1, "", "expired")
+		taken, _, err := dialect.TakeSeats(tk.ctx, tk.raw, tk.d, me, nss, time.Minute, "host", 1, "", "expired")
 		if err != nil {
 			t.Fatal(err)
 		}
 		got := map[string]bool{}
-		for _, g := range grants {
+		for _, g := range taken.Grants {
 			got[g.Namespace] = true
 		}
 		if len(got) != len(nss) {
