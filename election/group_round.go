@@ -105,6 +105,7 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	if g.pace.Overloaded() {
 		in.Horizon, in.Lapsed = 0, 0
 	}
+	in.Range = g.rangeLocked()
 	// The first namespaces in order whose candidate rows are not written
 	// yet are written by this round, as many as the budget allows; the
 	// others are neither read nor tried until a later round writes theirs
@@ -112,8 +113,8 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	// are never left out.
 	budget := g.pace.Joins()
 	joins, reclaims := budget, 0
-	// After rounds that failed, or read no range, for longer than the
-	// range's window (an expiry window), a seat last read as another's
+	// After rounds that failed, or read no whole range, for longer than
+	// the range's window (an expiry window), a seat last read as another's
 	// live lease may have lapsed unseen by then, and only a reading by key
 	// finds it: every seat the Group does not lead is read again
 	// (reread), in steps.
@@ -275,7 +276,7 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	if in.Release {
 		g.unmarked, g.unsure = stops, false
 	}
-	if in.Horizon != 0 || g.ranged.IsZero() {
+	if in.Horizon != 0 && !out.Truncated || g.ranged.IsZero() { // a cut range may miss lapses: see gapped
 		g.ranged = start
 	}
 	if lapsed {
@@ -360,7 +361,7 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	g.carryLocked(took, len(held))
 	rand.Shuffle(len(attempts), func(i, j int) { attempts[i], attempts[j] = attempts[j], attempts[i] })
 	if g.cfg.Balance && out.Live > 0 {
-		attempts = g.balanceLocked(start, total, out.Live, attempts, len(in.Read)-reclaims < len(free))
+		attempts = g.balanceLocked(start, total, out.Live, attempts, out.Truncated || len(in.Read)-reclaims < len(free))
 	}
 	if !g.pace.Quick() {
 		// Shed: reported, and tried once the rounds are quick again.

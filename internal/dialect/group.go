@@ -44,6 +44,14 @@ type RoundIn struct {
 	// is read. Both zero: no seat is read by its lease's end (a Group in
 	// an overload, shedding its attempts).
 	Horizon, Lapsed time.Duration
+	// Range (PostgreSQL) is the most seats each of the range's readings
+	// returns, the seats whose lease ends or ended within those bounds
+	// and those of the member rows that lapse within them: a Group can
+	// take only so many in a round, and a range of thousands (a crashed
+	// process's seats, another's step-down in an overload) cost every
+	// process of a fleet the reading and handling of each. 0: all. The
+	// other databases read the whole range.
+	Range int
 	// Joined is how many namespaces the round is for, at least one. Only
 	// the count is sent (in the leading comment of PostgreSQL's and
 	// MariaDB's round): the range reads the seats of the namespaces
@@ -106,6 +114,11 @@ type RoundOut struct {
 	// round refreshed it: a prune may have deleted the member's candidate
 	// rows, which the round then writes again.
 	Lapsed bool
+	// Truncated reports (PostgreSQL) that a reading of the range returned
+	// In.Range seats, and may have left others out: seats found by
+	// neither a range nor a reading by key since may then have lapsed
+	// unseen.
+	Truncated bool
 }
 
 // GroupRound runs one round of a Group on conn, each statement committing
@@ -141,7 +154,7 @@ func GroupRound(ctx context.Context, conn gorm.ConnPool, d Dialect, in RoundIn) 
 		rows, err := conn.QueryContext(ctx, pgRound(d, in.Joined), in.Member, in.Hostname, int64(in.PID), in.Label,
 			d.DurationArg(in.Expire), TextArray(in.Join), TextArray(nss), TermsObject(in.Held),
 			d.DurationArg(in.Horizon), TextArray(in.Sample), TextArray(otherRead), d.DurationArg(-in.Lapsed), in.Release,
-			TextArray(heldRead))
+			TextArray(heldRead), int64(max(in.Range, 0)))
 		if err != nil {
 			return out, err
 		}

@@ -11,10 +11,11 @@ import "strconv"
 // sampled namespaces; those read whatever their state that are not held;
 // the time since a lease ended (negative); whether to take the member's
 // mark off the seats it does not renew (RoundIn.Release); those read
-// whatever their state that are held. Of the other seats held, only those
-// the renewal did not change are read; the last column counts the
-// renewal's rows (RoundOut.Renewed, which GroupRound completes from
-// them). The namespaces joined
+// whatever their state that are held; the most seats each reading of the
+// range returns (0: all). Of the other seats held, only those the
+// renewal did not change are read; a column counts the renewal's rows
+// (RoundOut.Renewed, which GroupRound completes from them), and the last
+// tells whether a reading of the range stopped at its limit. The namespaces joined
 // are not sent: the range reads the seats of those where the member has
 // a candidate row (one probe of its key for each seat in the range), so
 // a round costs the seats it reads, not every namespace the Group joined
@@ -29,6 +30,8 @@ import "strconv"
 // renewal, which checks the row again once the lock is granted, skips it.
 // Only the renewal's expiry, in its own column, says a lease was renewed.
 func pgRound(d Dialect, n int) string {
+	// LIMIT NULL is no limit.
+	const rangeLimit = "NULLIF(CAST($15 AS bigint), 0) "
 	until := "c.n + CAST($5 AS bigint) * interval '1 microsecond'"
 	// The range's bounds, on free_at or on a member row's expiry, and the
 	// namespaces of the range that concern the member.
@@ -96,14 +99,22 @@ func pgRound(d Dialect, n int) string {
 		// lapsing together) the planner hashes every candidate row of
 		// the member instead, a scan of the whole table (at 40,000 x 16,
 		// 640,000 rows in each round of each process).
-		"s AS (SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at FROM (SELECT * FROM election_leaders "+
-		"WHERE "+within("free_at")+" OFFSET 0) l "+joined+
+		// Each reading of the range stops at $15 seats (RoundIn.Range;
+		// none when 0), in the order of the index: those that lapsed
+		// longest ago first, the next leave the range soonest. The limit
+		// stands outside a subquery of its own (OFFSET 0), which is
+		// planned as it was without one: told of a limit, the planner
+		// joined the lapsing member rows from the member's own marked
+		// seats, a fetch of every seat it renews.
+		"f AS (SELECT * FROM (SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at FROM (SELECT * FROM election_leaders "+
+		"WHERE "+within("free_at")+" OFFSET 0) l "+joined+"OFFSET 0) q LIMIT "+rangeLimit+"), "+
 		// A seat a Group renews has no free_at: it lapses with that
 		// Group's member row, so the member rows that lapse within the
 		// same bounds lead to their seats (the index on member_id).
-		"UNION SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at FROM (SELECT member_id FROM election_members "+
+		"y AS (SELECT * FROM (SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at FROM (SELECT member_id FROM election_members "+
 		"WHERE "+within("expires_at")+" AND member_id <> $1 OFFSET 0) mm "+
-		"JOIN election_leaders l ON l.member_id = mm.member_id AND l.leader_id = mm.member_id "+joined+
+		"JOIN election_leaders l ON l.member_id = mm.member_id AND l.leader_id = mm.member_id "+joined+"OFFSET 0) q LIMIT "+rangeLimit+"), "+
+		"s AS (SELECT * FROM f UNION SELECT * FROM y "+
 		"UNION SELECT l.namespace, l.leader_id, l.term, l.lease_expires_at, l.acquired_at "+
 		"FROM election_leaders l WHERE l.namespace = ANY(ARRAY(SELECT unnest(CAST($14 AS text[])))) "+
 		// The held seats the renewal did not change, each probed by key
@@ -124,5 +135,6 @@ func pgRound(d Dialect, n int) string {
 		"o AS (SELECT COUNT(*) AS n FROM c, election_members e WHERE e.member_id = $1 "+
 		"AND e.expires_at >= c.n - CAST($5 AS bigint) * interval '1 microsecond') "+
 		"SELECT c.n, s.namespace, s.leader_id, s.term, s.lease_expires_at, s.acquired_at, r.lease_expires_at, k.n, o.n, "+
-		"(SELECT COUNT(*) FROM r) FROM c CROSS JOIN k CROSS JOIN o LEFT JOIN s ON true LEFT JOIN r ON r.namespace = s.namespace")
+		"(SELECT COUNT(*) FROM r), CAST($15 AS bigint) > 0 AND ((SELECT COUNT(*) FROM f) >= CAST($15 AS bigint) OR (SELECT COUNT(*) FROM y) >= CAST($15 AS bigint)) "+
+		"FROM c CROSS JOIN k CROSS JOIN o LEFT JOIN s ON true LEFT JOIN r ON r.namespace = s.namespace")
 }

@@ -15,8 +15,8 @@ const (
 	// acquired_at, the live count (readSeats).
 	readCols roundCols = iota
 	// pgCols: as readCols, with the renewal's new expiry before the live
-	// count and, after it, whether the member row was kept and the rows
-	// the renewal changed (pgRound).
+	// count and, after it, whether the member row was kept, the rows
+	// the renewal changed and whether a range was truncated (pgRound).
 	pgCols
 	// mariaCols: as readCols, then whether the member row was kept, the
 	// rows the renewal changed, and the clock the statement read first
@@ -44,11 +44,12 @@ func (out *RoundOut) scan(rows *sql.Rows, in RoundIn, cols roundCols) (changed i
 		leader              uuid.NullUUID
 		term                sql.NullInt64
 		live, kept, chg     sql.NullInt64
+		cut                 sql.NullBool
 	)
 	dest := []any{&now, &ns, &leader, &term, &exp, &acq}
 	switch cols {
 	case pgCols:
-		dest = append(dest, &rexp, &live, &kept, &chg)
+		dest = append(dest, &rexp, &live, &kept, &chg, &cut)
 	case mariaCols:
 		dest = append(dest, &live, &kept, &chg, &first)
 	default:
@@ -59,6 +60,7 @@ func (out *RoundOut) scan(rows *sql.Rows, in RoundIn, cols roundCols) (changed i
 			return 0, time.Time{}, err
 		}
 		out.Now, out.Live, out.Lapsed, changed, began = now.Time, int(live.Int64), cols != readCols && kept.Int64 == 0, chg.Int64, first.Time
+		out.Truncated = cut.Bool
 		if !ns.Valid || seen[ns.String] {
 			continue
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -178,4 +179,45 @@ func seedSeats(tb testing.TB, raw *sql.DB, prefix string, n int) (names []string
 		}
 	}
 	return names, in
+}
+
+// TestGroupRoundCutsItsRange: on PostgreSQL a round's range returns at
+// most RoundIn.Range seats and says when it stopped there (Truncated),
+// so that a crashed process's seats, thousands at once, cost each
+// process of a fleet no more than it can take; with no limit, or one
+// above the seats in range, it returns them all and is whole.
+func TestGroupRoundCutsItsRange(t *testing.T) {
+	raw, d := openPostgres(t)
+	ctx := context.Background()
+	names, in := seedSeats(t, raw, "zz-round-range-", 40)
+	var freed []string
+	for i, ns := range names {
+		if i%8 != 0 { // not the member's own (seedSeats)
+			freed = append(freed, ns)
+		}
+	}
+	freed = freed[:20]
+	if _, err := raw.ExecContext(ctx, "UPDATE election_leaders SET leader_id = NULL, lease_expires_at = NULL, updated_at = clock_timestamp() WHERE namespace = ANY(CAST($1 AS text[]))",
+		dialect.TextArray(freed)); err != nil {
+		t.Fatal(err)
+	}
+	in.Held, in.Lapsed = nil, time.Minute
+	for _, c := range []struct {
+		limit, want int
+		cut         bool
+	}{{0, 20, false}, {5, 5, true}, {20, 20, true}, {21, 20, false}} {
+		in.Range = c.limit
+		out, err := dialect.GroupRound(ctx, raw, d, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range out.Seats {
+			if !slices.Contains(freed, s.Namespace) || s.Leader.Valid {
+				t.Errorf("range of %d: read %+v, which is not one of the seats freed", c.limit, s)
+			}
+		}
+		if len(out.Seats) != c.want || out.Truncated != c.cut {
+			t.Errorf("range of %d: %d seats read, truncated %v; want %d, %v", c.limit, len(out.Seats), out.Truncated, c.want, c.cut)
+		}
+	}
 }
