@@ -115,9 +115,8 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	joins, reclaims := budget, 0
 	// After rounds that failed, or read no whole range, for longer than
 	// the range's window (an expiry window), a seat last read as another's
-	// live lease may have lapsed unseen by then, and only a reading by key
-	// finds it: every seat the Group does not lead is read again
-	// (reread), in steps.
+	// live lease may have lapsed unseen, and only a reading by key finds
+	// it: every seat the Group does not lead is read again, in steps.
 	gapped := silentFor(g.ranged, start, g.base.expire)
 	if gapped {
 		for _, mem := range g.members {
