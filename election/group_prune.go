@@ -5,6 +5,10 @@ import (
 	"errors"
 	"slices"
 	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/sqlelect/sqlelect/internal/dialect"
 )
 
 // prunePiece is the most namespaces a piece of a Group's prune covers
@@ -94,4 +98,39 @@ func (g *Group) pruneLed(ctx context.Context, until time.Time) {
 		p.rest = p.rest[n:]
 		p.per = max(took/time.Duration(n), time.Microsecond)
 	}
+}
+
+// lapsedRows returns the namespaces where the Group's candidate rows are
+// still there after a lapse of its member row (dialect.MemberRows), or nil
+// when they could not be read: all are then written again. A lapse used to
+// rewrite every candidate row, though a prune deletes them only once the
+// member row has been expired for its own window: a Group whose rounds
+// were slow for a while (an overloaded database) spent the rounds after it
+// rewriting thousands of rows that were all there, leaving those
+// namespaces untried meanwhile, its lost seats unreclaimed among them.
+func (g *Group) lapsedRows(ctx context.Context) map[string]bool {
+	rctx, cancel := context.WithTimeout(ctx, g.t.trust())
+	defer cancel()
+	kept := map[string]bool{}
+	err := g.batch.autocommit(rctx, "Group", nil, func(conn gorm.ConnPool, _ bool) error {
+		clear(kept)
+		rows, err := conn.QueryContext(rctx, dialect.MemberRows(g.base.d), g.id)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var ns string
+			if err := rows.Scan(&ns); err != nil {
+				return err
+			}
+			kept[ns] = true
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		g.log.Warn("election: reading the Group's candidate rows after a lapse failed; writing them all again", "err", err)
+		return nil
+	}
+	return kept
 }
