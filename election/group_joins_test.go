@@ -34,7 +34,9 @@ func runUntilCleanup(t testing.TB, ctx context.Context, g *Group) {
 // round may write candidate rows for (dialect.FirstJoins) writes them over
 // its first rounds, the first namespaces in order first (the ones a
 // balanced round samples), and neither reads nor takes a seat before its
-// row is written; then it takes the seats of the later ones too.
+// row is written; it takes no seat at all while rows wait for a later
+// round (the first round's report waits a while, so that attempts queued
+// by it would have run); then it takes the seats of the later ones too.
 func TestGroupWritesCandidateRowsInSteps(t *testing.T) {
 	for _, tg := range testdb.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
@@ -75,11 +77,15 @@ func TestGroupWritesCandidateRowsInSteps(t *testing.T) {
 				leading []string
 			}
 			steps := make(chan step, 1024)
+			var reported atomic.Int32
 			g.hooks.round = func(rr roundReport) {
 				if rr.err != nil {
 					return
 				}
 				var st step
+				if reported.Add(1) == 1 {
+					time.Sleep(500 * time.Millisecond)
+				}
 				st.leading = g.Leading()
 				rows, err := raw.QueryContext(ctx, q, g.ID())
 				if err != nil {
@@ -114,6 +120,9 @@ func TestGroupWritesCandidateRowsInSteps(t *testing.T) {
 					len(round1.rows), round1.rows[:min(3, len(round1.rows))], first)
 			}
 			for st := round1; ; {
+				if len(st.rows) < n && len(st.leading) > 0 {
+					t.Fatalf("the Group leads %d namespaces with %d of %d candidate rows written", len(st.leading), len(st.rows), n)
+				}
 				for _, ns := range st.leading {
 					if _, written := slices.BinarySearch(st.rows, ns); !written {
 						t.Fatalf("the Group leads %s before its candidate row is written", ns)

@@ -128,7 +128,7 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	}
 	// The members at rest are left off (group_active.go); the others, in
 	// namespace order.
-	active, stay := g.activeLocked(), 0
+	active, stay, pending := g.activeLocked(), 0, false
 	for _, mem := range active {
 		switch {
 		case mem.leaving: // and perhaps gone from g.members: Leave deletes it
@@ -146,6 +146,7 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 		}
 		if !mem.written && mem.m.cur == nil {
 			if joins == 0 {
+				pending = true
 				continue
 			}
 			joins--
@@ -361,6 +362,14 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	rand.Shuffle(len(attempts), func(i, j int) { attempts[i], attempts[j] = attempts[j], attempts[i] })
 	if g.cfg.Balance && out.Live > 0 {
 		attempts = g.balanceLocked(start, total, out.Live, attempts, out.Truncated || len(in.Read)-reclaims < len(free))
+	}
+	if pending {
+		// No take while candidate rows wait for a later round: the seats
+		// taken would be renewed by the rounds that write those rows, and
+		// at a cold start of thousands of namespaces such rounds ran past
+		// the trust window. The seats are read and tried again once the
+		// rows are written.
+		attempts = nil
 	}
 	if !g.pace.Quick() {
 		// Shed: reported, and tried once the rounds are quick again.
