@@ -371,7 +371,7 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 		// rows are written.
 		attempts = nil
 	}
-	if !g.pace.Quick() {
+	if g.pace.Sheds() {
 		// Shed: reported, and tried once the rounds are quick again.
 		for _, mem := range attempts {
 			mem.m.shedLocked(start)

@@ -66,7 +66,8 @@ func checkTiming(expire, interval, margin, shutdown time.Duration) (timing, erro
 func (t timing) trust() time.Duration { return t.expire - t.margin }
 
 // slowRound is how long a Group's round may take before the Group judges
-// the database slow and sheds its attempts (paceLocked): a quarter of the
+// the database slow and keeps one attempt a round, shedding the rest
+// (paceLocked; heavyRound sheds them all): a quarter of the
 // interval, or a tenth of the trust window when that is longer, so that
 // an attempt of several round trips, each as slow, still fits in the trust
 // window. With the default interval (a third of the expiry window) the two
@@ -75,6 +76,12 @@ func (t timing) trust() time.Duration { return t.expire - t.margin }
 // whose rounds took 60-100 ms (TiDB, on a busy machine) shed every attempt
 // and led none of its namespaces.
 func (t timing) slowRound() time.Duration { return max(t.interval/4, t.trust()/10) }
+
+// heavyRound is how long a Group's round may take before the next renewal
+// may miss the trust window: three eighths of it (carryLocked). A round
+// between slowRound and this keeps one attempt a round (paceLocked); past
+// it, none.
+func (t timing) heavyRound() time.Duration { return t.trust() * 3 / 8 }
 
 // renewEvery is how often a leader renews: by its lease, every third of
 // the expiry window, or by Interval when that is longer. Followers poll

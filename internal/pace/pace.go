@@ -10,7 +10,11 @@
 // a server slowed or paused for a while, sends its rounds and little else:
 // leaders whose renewals still answer in time keep their seats, and the
 // free seats are taken once the rounds are quick again, without a retry
-// storm.
+// storm. A round that is slow but still leaves the renewals their cadence
+// (Slowed; the caller judges) keeps one attempt a round, a batch take of
+// FirstBatch seats where one statement takes many: a Group that leads
+// thousands of seats on a busy database has rounds that are never quick,
+// and took no free seat at all, not even those of a crashed process.
 //
 // Where one statement takes many seats (a batch take), the seats per batch
 // grow the same way: FirstBatch after a slow round or at the start, twice
@@ -58,9 +62,10 @@ const FirstBatch = 128
 // and the candidate rows the next round may write.
 type Budget struct {
 	allowed, used int
-	batch, took   int // seats per round for batch takes, and taken since the last round
-	joins, first  int // candidate rows the next round may write, and at the start
-	carry         int // the most seats the Group keeps; 0: no bound
+	slowed        bool // the last round was slow, within the renewals' cadence (Slowed)
+	batch, took   int  // seats per round for batch takes, and taken since the last round
+	joins, first  int  // candidate rows the next round may write, and at the start
+	carry         int  // the most seats the Group keeps; 0: no bound
 }
 
 // New returns a healthy budget, Max attempts, whose batches begin at
@@ -75,7 +80,7 @@ func New(firstJoins int) Budget {
 // a slow round has just begun the shedding (attempts were allowed before
 // it), for the caller to say so once.
 func (b *Budget) Round(slow bool) (began bool) {
-	b.used, b.took = 0, 0
+	b.used, b.took, b.slowed = 0, 0, false
 	switch {
 	case slow:
 		began = b.allowed > 0
@@ -92,6 +97,17 @@ func (b *Budget) Round(slow bool) (began bool) {
 	}
 	b.joins = min(2*b.joins, Max)
 	return began
+}
+
+// Slowed updates the budget after a round that was slow, though not so
+// slow that the renewals miss their cadence: one attempt until the next
+// round (a batch take counts one) of at most FirstBatch seats, and
+// candidate rows halved as after a slow round. A quick round then doubles
+// the budget from there; the bound on the seats kept does not grow.
+func (b *Budget) Slowed() {
+	b.used, b.took, b.slowed = 0, 0, true
+	b.allowed, b.batch = 1, FirstBatch
+	b.joins = max(b.joins/2, b.first)
 }
 
 // growCarry raises the bound on the seats kept after a quick round, by a
@@ -167,8 +183,12 @@ func (b *Budget) Failed() {
 	b.batch = max(b.batch/2, FirstBatch)
 }
 
-// Quick reports whether attempts are allowed: the last round was quick.
-func (b *Budget) Quick() bool { return b.allowed > 0 }
+// Quick reports whether the last round was quick, with attempts allowed.
+func (b *Budget) Quick() bool { return b.allowed > 0 && !b.slowed }
+
+// Sheds reports whether the attempts are shed: the last round failed or
+// was slow (Round), or an attempt failed since with one attempt allowed.
+func (b *Budget) Sheds() bool { return b.allowed == 0 }
 
 // Gather returns first and whatever else arrives on ch within d of the
 // call, or until ctx ends: signals that fire together, handled as one

@@ -98,6 +98,59 @@ func TestBatch(t *testing.T) {
 	}
 }
 
+// TestSlowed: a round slow within the renewals' cadence keeps one attempt
+// of at most FirstBatch seats until the next round, whatever the budget
+// was (shed or Max); it is not quick, sheds nothing, reports no shedding,
+// halves the candidate rows, leaves the bound on the seats kept where it
+// is, and a quick round after it doubles the budget from one.
+func TestSlowed(t *testing.T) {
+	for _, shed := range []bool{false, true} {
+		b := New(firstJoins)
+		for range 4 {
+			b.Round(false)
+		}
+		if shed {
+			b.Round(true)
+		}
+		b.Heavy(1000, time.Second, 250*time.Millisecond)
+		joins := b.Joins()
+		b.Slowed()
+		if b.Quick() || b.Sheds() || b.Overloaded() {
+			t.Errorf("shed before %v: after a slowed round quick %v, sheds %v, overloaded %v; want false, false, false",
+				shed, b.Quick(), b.Sheds(), b.Overloaded())
+		}
+		if got := b.Batch(); got != FirstBatch {
+			t.Errorf("shed before %v: a slowed round's batch is %d seats, want %d", shed, got, FirstBatch)
+		}
+		if got, want := b.Joins(), max(joins/2, firstJoins); got != want {
+			t.Errorf("shed before %v: %d candidate rows after a slowed round, want %d", shed, got, want)
+		}
+		if got := b.Carry(); got != 250 {
+			t.Errorf("shed before %v: the seats kept bounded at %d after a slowed round, want 250", shed, got)
+		}
+		if !b.Spend() || b.Spend() {
+			t.Errorf("shed before %v: a slowed round allows exactly one attempt", shed)
+		}
+		b.Round(false)
+		if !b.Quick() || b.Batch() != 2*FirstBatch {
+			t.Errorf("shed before %v: a quick round after a slowed one: quick %v, batch %d; want true, %d", shed, b.Quick(), b.Batch(), 2*FirstBatch)
+		}
+		spent := 0
+		for b.Spend() {
+			spent++
+		}
+		if spent != 2 {
+			t.Errorf("shed before %v: a quick round after a slowed one allows %d attempts, want 2", shed, spent)
+		}
+		b.Failed()
+		b.Slowed()
+		b.Failed()
+		if !b.Sheds() {
+			t.Errorf("shed before %v: a failed attempt after a slowed round leaves attempts allowed", shed)
+		}
+	}
+}
+
 // firstJoins is the first rows' number the tests give New.
 const firstJoins = 1024
 
