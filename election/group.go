@@ -166,12 +166,14 @@ type Group struct {
 	stopping bool            // Run is returning
 	share    int             // with Balance: ceil(M/N) as of the last round; 0 before the first
 	live     int             // with Balance: the live count the share was last counted from (balanceLocked)
+	filled   bool            // with Balance: the Group has led its share since it started (readsLocked)
 	liveHold time.Time       // with Balance: until then a lower live count is not believed (fullRound)
 	warm     time.Time       // with Balance: until then the Group takes at most one seat (shareLocked); set by the first round
 	freeSeen int             // with Balance: the seats the last round found free (balanceLocked)
 	beat     time.Time       // the start of the last round that succeeded, so refreshed the member row before it returned
 	ranged   time.Time       // the start of the last round that succeeded and read the range of seats lapsing or freed lately
 	heavy    int             // answered rounds in a row slower than carryLocked allows; a failed round resets it
+	seatCost time.Duration   // a round's time per seat it returned, of the last rounds (noteCostLocked)
 	unmarked uint64          // box.stops as of the last round that took the Group's mark off the seats it stopped leading (RoundIn.Release)
 	unsure   bool            // a round failed since: its renewal may have marked a seat the Group does not lead
 	queue    []*member       // free seats of the last round, to try in order

@@ -1,6 +1,8 @@
 package election
 
 import (
+	"time"
+
 	"github.com/sqlelect/sqlelect/internal/dialect"
 	"github.com/sqlelect/sqlelect/internal/pace"
 )
@@ -11,8 +13,14 @@ import (
 // thousands in every round: twice the room at most, and none while the
 // attempts are shed, since none would be tried. A balanced Group below
 // its share reads at most twice the room the share leaves, and never
-// fewer than its first round wrote candidate rows (dialect.FirstJoins);
-// at its share, atShareReads: at a cold start of 40,000 namespaces x 16
+// fewer than its first round wrote candidate rows (dialect.FirstJoins)
+// until it has led its share once (a cold start, whose free seats are
+// mostly taken by others by the time they are read), atShareReads from
+// then on: at 40,000 x 16 the 15 processes left after a crash, 167 seats
+// below the new share each, read 4,096 seats a round, rounds that then
+// ran too slow for their attempts (paceLocked) or past the trust window,
+// and the crashed process's seats were not all led 20 s later; at its
+// share, atShareReads: at a cold start of 40,000 namespaces x 16
 // processes the budget doubled to 32,000 seats read a round, whose
 // handling in the process then took longer than the trust window on a
 // busy host, and the Group stepped down from every seat
@@ -25,12 +33,52 @@ func (g *Group) readsLocked(budget int) int {
 	n := 2 * max(g.pace.Room(g.box.leading), 1)
 	if g.cfg.Balance && g.share > 0 {
 		if room := g.shareLocked() - g.box.leading; room > 0 {
-			n = min(n, max(dialect.FirstJoins(g.base.d), 2*room))
+			least := dialect.FirstJoins(g.base.d)
+			if g.filled {
+				least = atShareReads
+			}
+			n = min(n, max(least, 2*room))
 		} else {
 			n = min(n, atShareReads)
 		}
 	}
-	return min(budget, n)
+	return min(budget, n, g.affordLocked())
+}
+
+// affordLocked is the most seats a round may read beside those it renews,
+// by key or in its range: as many as keep the round, its handling in the
+// process included, within half of heavyRound at what a seat cost the
+// last rounds (seatCost), and never fewer than atShareReads; no bound
+// before a round has measured it. At 40,000 x 16 on two cores a seat cost
+// about 100 µs, and rounds that renewed 2,400 seats while reading 4,096 by
+// key and 5,000 in their range took 1.0-2.0 s: their Groups stepped down
+// from every seat, and the seats freed were in every other Group's range.
+// g.box is held.
+func (g *Group) affordLocked() int {
+	if g.seatCost <= 0 {
+		return pace.Max
+	}
+	n := int(g.t.heavyRound()/2/g.seatCost) - g.box.leading
+	return min(max(n, atShareReads), pace.Max)
+}
+
+// costRows is the fewest seats a round returns for its time to count in
+// seatCost (noteCostLocked): below, the round trip's own time dominates.
+const costRows = 512
+
+// noteCostLocked counts a round that wrote no candidate row, returned
+// seats seats, and took d from its start to the end of its handling, in
+// the cost of a seat (affordLocked); g.box is held.
+func (g *Group) noteCostLocked(d time.Duration, seats int) {
+	if seats < costRows {
+		return
+	}
+	c := d / time.Duration(seats)
+	if g.seatCost == 0 {
+		g.seatCost = c
+		return
+	}
+	g.seatCost = (3*g.seatCost + c) / 4
 }
 
 // atShareReads is how many free seats a balanced Group at its share reads
@@ -42,12 +90,13 @@ const atShareReads = 64
 // rangeLocked is the most seats each reading of a round's range returns
 // on PostgreSQL (dialect.RoundIn.Range): as many as the round may read by
 // key (readsLocked), and never fewer than its first round wrote candidate
-// rows. At 40,000 namespaces x 16 processes, a process stepping down in an
+// rows unless the round cannot afford them (affordLocked). At 40,000
+// namespaces x 16 processes, a process stepping down in an
 // overload put its 2,500 seats in every other process's range, and ranges
 // of 14,000-28,000 seats followed, whose handling alone outlasted the
 // trust window (docs/performance.md). A range cut short counts as none
 // for the gap (fullRound): once none was whole for an expiry window, the
 // seats not led are read again by key, in steps. g.box is held.
 func (g *Group) rangeLocked() int {
-	return max(g.readsLocked(pace.Max), dialect.FirstJoins(g.base.d))
+	return max(g.readsLocked(pace.Max), min(dialect.FirstJoins(g.base.d), g.affordLocked()))
 }

@@ -2,6 +2,7 @@ package election
 
 import (
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,11 +17,13 @@ import (
 // TestGroupReadsFollowItsRoom: the free seats a balanced Group's round
 // reads by key, and the most seats each reading of its range returns,
 // follow what it may take: below its share, twice the room the share
-// leaves but never fewer than a first round's candidate rows; at its
+// leaves but never fewer than a first round's candidate rows until it has
+// led its share once, and never fewer than atShareReads after; at its
 // share, atShareReads, with the range at a first round's rows. Without
 // Balance, and with no bound on the seats kept, the reads take the whole
-// budget. In an overload (the seats kept bounded, the attempts shed) a
-// round reads none.
+// budget. What a seat cost the last rounds bounds both (affordLocked). In
+// an overload (the seats kept bounded, the attempts shed) a round reads
+// none.
 func TestGroupReadsFollowItsRoom(t *testing.T) {
 	db := testdb.OpenDSN(t, "sqlite:"+filepath.Join(t.TempDir(), "reads.db"))
 	ctx := electorCtx(t)
@@ -41,6 +44,7 @@ func TestGroupReadsFollowItsRoom(t *testing.T) {
 	g.warm = g.clk.Now().Add(-time.Second) // past the warm-up: the share counts whole
 	for _, c := range []struct {
 		share, leading, budget, reads, rng int
+		filled                             bool
 	}{
 		{share: 10000, leading: 0, budget: pace.Max, reads: 20000, rng: 20000},
 		{share: 2500, leading: 1000, budget: pace.Max, reads: 3000, rng: 3000},
@@ -48,16 +52,52 @@ func TestGroupReadsFollowItsRoom(t *testing.T) {
 		{share: 2500, leading: 2400, budget: 100, reads: 100, rng: first},
 		{share: 2500, leading: 2500, budget: pace.Max, reads: atShareReads, rng: first},
 		{share: 2500, leading: 2501, budget: pace.Max, reads: atShareReads, rng: first},
+		{share: 2667, leading: 2500, budget: pace.Max, reads: 334, rng: first, filled: true},
+		{share: 2667, leading: 2660, budget: pace.Max, reads: atShareReads, rng: first, filled: true},
+		{share: 2667, leading: 1000, budget: pace.Max, reads: 3334, rng: 3334, filled: true},
 	} {
-		g.share, g.box.leading = c.share, c.leading
+		g.share, g.box.leading, g.filled = c.share, c.leading, c.filled
 		if got := g.readsLocked(c.budget); got != c.reads {
-			t.Errorf("share %d, leading %d, budget %d: %d seats read by key, want %d", c.share, c.leading, c.budget, got, c.reads)
+			t.Errorf("share %d, leading %d, budget %d, filled %v: %d seats read by key, want %d", c.share, c.leading, c.budget, c.filled, got, c.reads)
 		}
 		if got := g.rangeLocked(); got != c.rng {
 			t.Errorf("share %d, leading %d: a range of %d, want %d", c.share, c.leading, got, c.rng)
 		}
 	}
-	g.share, g.box.leading = 0, 0
+	g.share, g.box.leading, g.filled = 0, 0, false
+
+	// What a seat cost the last rounds bounds the reads and the range:
+	// rounds of half heavyRound return 3,000 seats at this cost (100 µs at
+	// TTL 2 s), of which the Group renews its own.
+	cost := g.t.heavyRound() / 6000
+	for i := range 3 {
+		g.noteCostLocked(time.Duration(costRows-1)*time.Second, costRows-1) // too few seats to count
+		n := 4000 + i*1000
+		g.noteCostLocked(time.Duration(n)*cost, n)
+	}
+	if g.seatCost != cost {
+		t.Fatalf("seat cost %v after rounds of %v a seat, want %v", g.seatCost, cost, cost)
+	}
+	for _, c := range []struct {
+		share, leading, reads, rng int
+	}{
+		{share: 10000, leading: 0, reads: 3000, rng: 3000},
+		{share: 2500, leading: 2400, reads: 600, rng: 600},
+		{share: 2667, leading: 2990, reads: atShareReads, rng: atShareReads},
+	} {
+		g.share, g.box.leading = c.share, c.leading
+		if got := g.readsLocked(pace.Max); got != c.reads {
+			t.Errorf("at %v a seat, share %d, leading %d: %d seats read by key, want %d", cost, c.share, c.leading, got, c.reads)
+		}
+		if got := g.rangeLocked(); got != c.rng {
+			t.Errorf("at %v a seat, share %d, leading %d: a range of %d, want %d", cost, c.share, c.leading, got, c.rng)
+		}
+	}
+	g.noteCostLocked(4000*5*cost, 4000) // (3 x 1 + 5) / 4
+	if g.seatCost != 2*cost {
+		t.Errorf("seat cost %v after a round of %v a seat, want %v", g.seatCost, 5*cost, 2*cost)
+	}
+	g.share, g.box.leading, g.seatCost = 0, 0, 0
 
 	u := newGroup(false)
 	u.box.lock()
@@ -72,5 +112,49 @@ func TestGroupReadsFollowItsRoom(t *testing.T) {
 	}
 	if got := u.readsLocked(5000); got != 0 {
 		t.Errorf("in an overload: %d seats read, want none", got)
+	}
+}
+
+// TestGroupFilledOnceAtItsShare: a balanced Group counts as having led
+// its share (the floor of its reads drops to atShareReads) once a round
+// finds it leading that many seats, and not before.
+func TestGroupFilledOnceAtItsShare(t *testing.T) {
+	db := testdb.OpenDSN(t, "sqlite:"+filepath.Join(t.TempDir(), "filled.db"))
+	ctx := electorCtx(t)
+	if err := migrate.Up(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	nss := []string{testdb.Namespace(t), testdb.Namespace(t), testdb.Namespace(t)}
+	g, err := NewGroup(ctx, db, uuid.New(), GroupConfig{Namespaces: nss, Balance: true, Interval: 100 * time.Millisecond},
+		WithExpire(time.Second), WithLogger(silent))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var early atomic.Bool
+	was := false // only the round loop runs the hook
+	g.hooks.round = func(rr roundReport) {
+		g.box.lock()
+		defer g.box.unlock()
+		if !was && g.filled && g.box.leading < g.share {
+			early.Store(true) // the round that set it found fewer seats led
+		}
+		was = g.filled
+	}
+	runUntilCleanup(t, ctx, g)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		g.box.lock()
+		filled, leading, share := g.filled, g.box.leading, g.share
+		g.box.unlock()
+		if filled {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30 s the Group leads %d seats of a share of %d and has not counted as filled", leading, share)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if early.Load() {
+		t.Error("the Group counted as filled while leading fewer seats than its share")
 	}
 }

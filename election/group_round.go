@@ -362,6 +362,7 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	rand.Shuffle(len(attempts), func(i, j int) { attempts[i], attempts[j] = attempts[j], attempts[i] })
 	if g.cfg.Balance && out.Live > 0 {
 		attempts = g.balanceLocked(start, total, out.Live, attempts, out.Truncated || len(in.Read)-reclaims < len(free))
+		g.filled = g.filled || g.share > 0 && g.box.leading >= g.share
 	}
 	if pending {
 		// No take while candidate rows wait for a later round: the seats
@@ -379,6 +380,9 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 		attempts = nil
 	}
 	g.setQueueLocked(g.withinCarryLocked(start, attempts))
+	if len(in.Join) == 0 {
+		g.noteCostLocked(g.clk.Now().Sub(start), len(out.Seats))
+	}
 	return nil
 }
 
