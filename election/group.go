@@ -584,13 +584,6 @@ func (g *Group) Run(ctx context.Context) error {
 	return g.shutdown(ctx, err)
 }
 
-func (g *Group) kickRound() {
-	select {
-	case g.kick <- struct{}{}:
-	default:
-	}
-}
-
 // machines returns the machines of the namespaces joined (Runner).
 func (g *Group) machines() []*machine {
 	g.box.lock()

@@ -14,6 +14,15 @@ import (
 	"github.com/sqlelect/sqlelect/internal/pace"
 )
 
+// kickRound asks the round loop for a round now, unless a kick is
+// already waiting (signaled tells the round's cause).
+func (g *Group) kickRound() {
+	select {
+	case g.kick <- struct{}{}:
+	default:
+	}
+}
+
 // signaled is the cause of a round a kick started (driverLoop): a
 // renewal a machine asked for, or a wake-up that names no namespace.
 func (g *Group) signaled() (roundCause, bool) {
