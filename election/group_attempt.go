@@ -71,11 +71,10 @@ func (g *Group) shareLocked() int {
 // slow (slowRound) keeps one attempt a round (internal/pace) where that
 // attempt is one statement, a batch take (PostgreSQL, MariaDB: a round
 // and a take stay within 3 statements an interval), and sheds them
-// elsewhere. At 40,000
-// namespaces x 16 processes on two cores, rounds renewing 2,400 seats took
-// 140-560 ms, rarely under slowRound's 167 ms, and a crashed process's
-// seats were still not all led 20 s later: every round shed its attempts.
-// g.box is held.
+// elsewhere. At 40,000 namespaces x 16 processes on two cores, rounds
+// renewing 2,400 seats took 140-560 ms, rarely under slowRound's 167 ms,
+// and a crashed process's seats were still not all led 20 s later: every
+// round shed its attempts. g.box is held.
 func (g *Group) paceLocked(d time.Duration, err error) {
 	slow := err != nil || d > g.t.slowRound()
 	heavy := err == nil && d > g.t.heavyRound()

@@ -12,20 +12,19 @@ import (
 // carryLocked), most seats are free, and every process would read
 // thousands in every round: twice the room at most, and none while the
 // attempts are shed, since none would be tried. A balanced Group below
-// its share reads at most twice the room the share leaves, and never
-// fewer than its first round wrote candidate rows (dialect.FirstJoins)
-// until it has led its share once (a cold start, whose free seats are
-// mostly taken by others by the time they are read), atShareReads from
-// then on: at 40,000 x 16 the 15 processes left after a crash, 167 seats
-// below the new share each, read 4,096 seats a round, rounds that then
-// ran too slow for their attempts (paceLocked) or past the trust window,
-// and the crashed process's seats were not all led 20 s later; at its
-// share, atShareReads: at a cold start of 40,000 namespaces x 16
-// processes the budget doubled to 32,000 seats read a round, whose
-// handling in the process then took longer than the trust window on a
-// busy host, and the Group stepped down from every seat
-// (docs/performance.md), while a batch takes a few hundred seats a round
-// and a Group at its share none. g.box is held.
+// its share reads at most twice the room the share leaves, and at its
+// share atShareReads: at a cold start of 40,000 namespaces x 16 processes
+// the budget doubled to 32,000 seats read a round, whose handling in the
+// process then took longer than the trust window on a busy host, and the
+// Group stepped down from every seat (docs/performance.md), while a batch
+// takes a few hundred seats a round and a Group at its share none. Below
+// its share it reads no fewer than its first round wrote candidate rows
+// (dialect.FirstJoins) until it has led its share once (a cold start,
+// whose free seats are mostly taken by others by the time they are read),
+// and no fewer than atShareReads after: at 40,000 x 16 the 15 processes
+// left after a crash, 167 seats below the new share each, read 4,096 seats
+// a round, in rounds then too slow for their attempts (paceLocked). And a
+// round reads no more than it can afford (affordLocked). g.box is held.
 func (g *Group) readsLocked(budget int) int {
 	if g.pace.Overloaded() {
 		return 0
@@ -50,7 +49,7 @@ func (g *Group) readsLocked(budget int) int {
 // process included, within half of heavyRound at what a seat cost the
 // last rounds (seatCost), and never fewer than atShareReads; no bound
 // before a round has measured it. At 40,000 x 16 on two cores a seat cost
-// about 100 µs, and rounds that renewed 2,400 seats while reading 4,096 by
+// 40-90 µs, and rounds that renewed 2,400 seats while reading 4,096 by
 // key and 5,000 in their range took 1.0-2.0 s: their Groups stepped down
 // from every seat, and the seats freed were in every other Group's range.
 // g.box is held.
