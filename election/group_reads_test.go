@@ -158,3 +158,43 @@ func TestGroupFilledOnceAtItsShare(t *testing.T) {
 		t.Error("the Group counted as filled while leading fewer seats than its share")
 	}
 }
+
+// TestGroupCarryCountsTheSeatsRead: after two heavy rounds in a row the
+// bound on the seats kept is what a round of a quarter of the trust window
+// would return at the last round's time per seat, the seats it read
+// counted beside those it renewed: a round slow with reading does not cut
+// the seats led below what its renewals need. A single heavy round, or a
+// quick one, sets no bound.
+func TestGroupCarryCountsTheSeatsRead(t *testing.T) {
+	db := testdb.OpenDSN(t, "sqlite:"+filepath.Join(t.TempDir(), "carry.db"))
+	ctx := electorCtx(t)
+	if err := migrate.Up(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	g, err := NewGroup(ctx, db, uuid.New(), GroupConfig{Namespaces: []string{"carry"}}, WithLogger(silent))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.box.lock()
+	defer g.box.unlock()
+	target := g.t.trust() / 4
+	took := g.t.heavyRound() + g.t.heavyRound()/50 // just past the line
+	g.heavy = 1
+	g.carryLocked(took, 2500, 5000)
+	if c := g.pace.Carry(); c != 0 {
+		t.Fatalf("one heavy round set a bound of %d seats, want none", c)
+	}
+	g.heavy = 2
+	g.box.leading = 2500
+	g.carryLocked(took, 2500, 5000)
+	want := int(int64(5000) * int64(target) / int64(took))
+	if c := g.pace.Carry(); c != want || c < 2500 {
+		t.Errorf("renewing 2,500 seats and reading 2,500 in %v: a bound of %d seats, want %d (above the 2,500 led)", took, c, want)
+	}
+	g.carryLocked(took, 2500, 2500) // renewals alone: the bound falls below them
+	want = int(int64(2500) * int64(target) / int64(took))
+	if c := g.pace.Carry(); c != want {
+		t.Errorf("renewing 2,500 seats in %v: a bound of %d seats, want %d", took, c, want)
+	}
+	g.box.leading = 0
+}

@@ -367,7 +367,7 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 			attempts = append(attempts, mem)
 		}
 	}
-	g.carryLocked(took, len(held))
+	g.carryLocked(took, len(held), len(out.Seats))
 	rand.Shuffle(len(attempts), func(i, j int) { attempts[i], attempts[j] = attempts[j], attempts[i] })
 	if g.cfg.Balance && out.Live > 0 {
 		attempts = g.balanceLocked(start, total, out.Live, attempts, out.Truncated || len(in.Read)-reclaims < len(free))

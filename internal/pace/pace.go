@@ -34,9 +34,9 @@
 // Renewals are never shed, but a Group may hold more seats than the
 // database can renew in time: when a round that answered took so long
 // that the next renewal may miss the trust window (the caller judges:
-// three eighths of it), Heavy bounds the seats the Group keeps (Carry) in
-// proportion to the round's time, and the Group stops leading those
-// above the bound. From there the bound grows by a thirty-second with
+// three eighths of it), Heavy bounds the seats the Group keeps (Carry) to
+// those a round of the time aimed at would return at that round's time
+// per seat, and the Group stops leading those above the bound. From there the bound grows by a thirty-second with
 // each quick round, so a fleet too large for its database leads what the
 // database can renew, and reports the rest, rather than stepping down
 // from every seat at once and taking them all back again.
@@ -122,13 +122,14 @@ func (b *Budget) growCarry() {
 }
 
 // Heavy bounds the seats kept after a round that answered in d, too slow
-// for the renewals to keep their cadence: to held (the seats it renewed)
-// times target / d, one at least, never above a bound already set. It
-// returns the bound, and whether this round lowered it.
-func (b *Budget) Heavy(held int, d, target time.Duration) (bound int, lowered bool) {
-	n := held
+// for the renewals to keep their cadence: to seats (those the round
+// returned, renewed or read) times target / d, one at least, never above
+// a bound already set. It returns the bound, and whether this round
+// lowered it.
+func (b *Budget) Heavy(seats int, d, target time.Duration) (bound int, lowered bool) {
+	n := seats
 	if d > target {
-		n = int(int64(held) * int64(target) / int64(d))
+		n = int(int64(seats) * int64(target) / int64(d))
 	}
 	n = max(n, 1)
 	if b.carry != 0 && n >= b.carry {
