@@ -36,8 +36,8 @@
 // that the next renewal may miss the trust window (the caller judges:
 // three eighths of it), Heavy bounds the seats the Group keeps (Carry) to
 // those a round of the time aimed at would return at that round's time
-// per seat, and the Group stops leading those above the bound. From there the bound grows by a thirty-second with
-// each quick round, so a fleet too large for its database leads what the
+// per seat, and the Group stops leading those above the bound. From
+// there the bound grows by a thirty-second with each quick round, so a fleet too large for its database leads what the
 // database can renew, and reports the rest, rather than stepping down
 // from every seat at once and taking them all back again.
 //
