@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/sqlelect/sqlelect/internal/pace"
 	"github.com/sqlelect/sqlelect/internal/testdb"
 )
 
@@ -19,6 +21,23 @@ import (
 //
 //	go test -run '^$' -bench GroupRoundFollowing -benchmem ./election/
 func BenchmarkGroupRoundFollowing(b *testing.B) {
+	benchFollowing(b, false)
+}
+
+// BenchmarkGroupRoundFollowingInAGap is BenchmarkGroupRoundFollowing in an
+// overload that lasts: the seats kept bounded and the attempts shed before
+// every round, and no range of seats read for longer than an expiry
+// window, so every seat not led is owed a reading by key (fullRound). The
+// rounds within a window of the marking walk only the seats they concern.
+//
+//	go test -run '^$' -bench GroupRoundFollowing -benchmem ./election/
+func BenchmarkGroupRoundFollowingInAGap(b *testing.B) {
+	benchFollowing(b, true)
+}
+
+// benchFollowing runs the two benchmarks above: gapped, in an overload
+// whose rounds read no range.
+func benchFollowing(b *testing.B, gapped bool) {
 	db := testdb.Open(b, testdb.Only(b, "sqlite"))
 	ctx := context.Background()
 	for _, n := range []int{500, 5000} { // a Group takes at most 5,461 on SQLite
@@ -47,8 +66,19 @@ func BenchmarkGroupRoundFollowing(b *testing.B) {
 		}
 		b.Run(fmt.Sprintf("namespaces=%d", n), func(b *testing.B) {
 			b.ReportAllocs()
+			if gapped {
+				g.box.lock()
+				g.ranged = time.Now().Add(-2 * g.base.expire)
+				g.box.unlock()
+			}
 			b.ResetTimer()
 			for range b.N {
+				if gapped {
+					g.box.lock()
+					g.pace.Heavy(pace.Max-1, time.Second, time.Second)
+					g.pace.Round(true)
+					g.box.unlock()
+				}
 				if err := g.fullRound(ctx, causeTick); err != nil {
 					b.Fatal(err)
 				}

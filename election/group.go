@@ -172,6 +172,7 @@ type Group struct {
 	freeSeen int             // with Balance: the seats the last round found free (balanceLocked)
 	beat     time.Time       // the start of the last round that succeeded, so refreshed the member row before it returned
 	ranged   time.Time       // the start of the last round that succeeded and read the range of seats lapsing or freed lately
+	remarked time.Time       // the start of the last round that marked the seats for reading again after a gap (fullRound)
 	heavy    int             // answered rounds in a row slower than carryLocked allows; a failed round resets it
 	seatCost time.Duration   // a round's time per seat it returned, of the last rounds (noteCostLocked)
 	unmarked uint64          // box.stops as of the last round that took the Group's mark off the seats it stopped leading (RoundIn.Release)

@@ -125,14 +125,26 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	// After rounds that failed, or read no whole range, for longer than
 	// the range's window (an expiry window), a seat last read as another's
 	// live lease may have lapsed unseen, and only a reading by key finds
-	// it: every seat the Group does not lead is read again, in steps.
-	gapped := silentFor(g.ranged, start, g.base.expire)
-	if gapped {
+	// it: every seat the Group does not lead is read again, in steps. The
+	// seats are marked once when the gap is found, and again an expiry
+	// window after while it lasts (a seat read since as live may have
+	// lapsed unseen by then), not in every round: a Group whose rounds
+	// read no range because the database is overloaded (pace.Budget.
+	// Overloaded) marked its 40,000 members in every round, and put them
+	// all on the list the round sorts and walks, though they went back to
+	// the pool at once; that took more of a process's CPU than the rest
+	// of its rounds, on the two cores the database also ran on. Those at
+	// rest go to the pool directly (placeLocked); those on the list, by
+	// the walk below.
+	if silentFor(g.ranged, start, g.base.expire) && (g.remarked.Before(g.ranged) || silentFor(g.remarked, start, g.base.expire)) {
+		g.remarked = start
 		for _, mem := range g.members {
 			if mem.m.cur == nil {
 				mem.reread = true
 			}
-			g.activateLocked(mem)
+			if mem.place != placedListed {
+				g.placeLocked(mem)
+			}
 		}
 	}
 	// The members at rest are left off (group_active.go); the others, in
