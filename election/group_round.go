@@ -273,7 +273,6 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	}
 	g.box.lock()
 	defer g.box.unlock()
-	g.paceLocked(took, err)
 	if err != nil || silentFor(g.beat, g.clk.Now(), g.base.expire-g.t.interval) {
 		// This round failed, or rounds did for so long that another
 		// member kept from the database as long, whose last refresh came
@@ -283,6 +282,7 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 		g.liveHold = g.clk.Now().Add(g.base.expire)
 	}
 	if err != nil {
+		g.paceLocked(took, err)
 		g.unsure = true
 		for _, mem := range members {
 			mem.m.settleLocked(result{start: start, cause: cause, err: err})
@@ -379,7 +379,18 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 			attempts = append(attempts, mem)
 		}
 	}
-	g.carryLocked(took, len(held), len(out.Seats))
+	// An answered round is judged on its whole time, its handling in the
+	// process included: the next round begins only once this one is
+	// handled, and the leases it renewed are trusted from its start. At
+	// 40,000 namespaces x 16 processes on two cores, handing a round's
+	// seats to their machines took a median 12 ms but 218 ms at the 90th
+	// percentile for rounds that renewed more than 1,000 seats: rounds
+	// whose statement took 400-475 ms, below heavyRound, neither shed
+	// their attempts nor bounded the seats kept, and the one after them,
+	// begun that much later, passed the trust window.
+	handled := g.clk.Now().Sub(start)
+	g.paceLocked(handled, nil)
+	g.carryLocked(handled, len(held), len(out.Seats))
 	rand.Shuffle(len(attempts), func(i, j int) { attempts[i], attempts[j] = attempts[j], attempts[i] })
 	if g.cfg.Balance && out.Live > 0 {
 		attempts = g.balanceLocked(start, total, out.Live, attempts, out.Truncated || len(in.Read)-reclaims < len(free))
