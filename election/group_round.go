@@ -125,17 +125,11 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	// After rounds that failed, or read no whole range, for longer than
 	// the range's window (an expiry window), a seat last read as another's
 	// live lease may have lapsed unseen, and only a reading by key finds
-	// it: every seat the Group does not lead is read again, in steps. The
-	// seats are marked once when the gap is found, and again an expiry
-	// window after while it lasts (a seat read since as live may have
-	// lapsed unseen by then), not in every round: a Group whose rounds
-	// read no range because the database is overloaded (pace.Budget.
-	// Overloaded) marked its 40,000 members in every round, and put them
-	// all on the list the round sorts and walks, though they went back to
-	// the pool at once; that took more of a process's CPU than the rest
-	// of its rounds, on the two cores the database also ran on. Those at
-	// rest go to the pool directly (placeLocked); those on the list, by
-	// the walk below.
+	// it: every seat the Group does not lead is read again, in steps,
+	// marked when the gap is found and again each expiry window while it
+	// lasts, not in every round (in an overload, 40,000 members marked and
+	// walked in each took half the rounds' CPU). Those at rest go to the
+	// pool directly; those listed, by the walk below.
 	if silentFor(g.ranged, start, g.base.expire) && (g.remarked.Before(g.ranged) || silentFor(g.remarked, start, g.base.expire)) {
 		g.remarked = start
 		for _, mem := range g.members {
@@ -379,15 +373,9 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 			attempts = append(attempts, mem)
 		}
 	}
-	// An answered round is judged on its whole time, its handling in the
-	// process included: the next round begins only once this one is
-	// handled, and the leases it renewed are trusted from its start. At
-	// 40,000 namespaces x 16 processes on two cores, handing a round's
-	// seats to their machines took a median 12 ms but 218 ms at the 90th
-	// percentile for rounds that renewed more than 1,000 seats: rounds
-	// whose statement took 400-475 ms, below heavyRound, neither shed
-	// their attempts nor bounded the seats kept, and the one after them,
-	// begun that much later, passed the trust window.
+	// Judged on its whole time, its handling included: the next round
+	// begins only once this one is handled (at 40,000 x 16, up to 218 ms
+	// beside a statement of 400-475 ms, judged neither slow nor heavy).
 	handled := g.clk.Now().Sub(start)
 	g.paceLocked(handled, nil)
 	g.carryLocked(handled, len(held), len(out.Seats))
