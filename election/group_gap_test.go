@@ -2,14 +2,10 @@ package election
 
 import (
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-
-	"github.com/sqlelect/sqlelect/internal/testdb"
-	"github.com/sqlelect/sqlelect/migrate"
 )
 
 // TestGroupMarksSeatsOnceAWindowInAGap: while a Group's rounds read no
@@ -22,11 +18,8 @@ import (
 // one place only (checkPlaces), and rest again once the rounds read their
 // range and their seats. Driven by hand, without Run, on SQLite.
 func TestGroupMarksSeatsOnceAWindowInAGap(t *testing.T) {
-	db := testdb.OpenDSN(t, "sqlite:"+filepath.Join(t.TempDir(), "gap.db"))
 	ctx := electorCtx(t)
-	if err := migrate.Up(ctx, db); err != nil {
-		t.Fatal(err)
-	}
+	db := migratedSQLite(t, ctx, "gap")
 	const n = 12
 	// Another candidate leads every seat for an hour.
 	if err := db.WithContext(ctx).Exec("WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?) "+

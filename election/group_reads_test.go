@@ -1,12 +1,14 @@
 package election
 
 import (
+	"context"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"gorm.io/gorm"
 
 	"github.com/sqlelect/sqlelect/internal/dialect"
 	"github.com/sqlelect/sqlelect/internal/pace"
@@ -25,11 +27,8 @@ import (
 // an overload (the seats kept bounded, the attempts shed) a round reads
 // none.
 func TestGroupReadsFollowItsRoom(t *testing.T) {
-	db := testdb.OpenDSN(t, "sqlite:"+filepath.Join(t.TempDir(), "reads.db"))
 	ctx := electorCtx(t)
-	if err := migrate.Up(ctx, db); err != nil {
-		t.Fatal(err)
-	}
+	db := migratedSQLite(t, ctx, "reads")
 	newGroup := func(balance bool) *Group {
 		g, err := NewGroup(ctx, db, uuid.New(), GroupConfig{Namespaces: []string{"reads"}, Balance: balance}, WithLogger(silent))
 		if err != nil {
@@ -119,11 +118,8 @@ func TestGroupReadsFollowItsRoom(t *testing.T) {
 // its share (the floor of its reads drops to atShareReads) once a round
 // finds it leading that many seats, and not before.
 func TestGroupFilledOnceAtItsShare(t *testing.T) {
-	db := testdb.OpenDSN(t, "sqlite:"+filepath.Join(t.TempDir(), "filled.db"))
 	ctx := electorCtx(t)
-	if err := migrate.Up(ctx, db); err != nil {
-		t.Fatal(err)
-	}
+	db := migratedSQLite(t, ctx, "filled")
 	nss := []string{testdb.Namespace(t), testdb.Namespace(t), testdb.Namespace(t)}
 	g, err := NewGroup(ctx, db, uuid.New(), GroupConfig{Namespaces: nss, Balance: true, Interval: 100 * time.Millisecond},
 		WithExpire(time.Second), WithLogger(silent))
@@ -166,11 +162,8 @@ func TestGroupFilledOnceAtItsShare(t *testing.T) {
 // the seats led below what its renewals need. A single heavy round, or a
 // quick one, sets no bound.
 func TestGroupCarryCountsTheSeatsRead(t *testing.T) {
-	db := testdb.OpenDSN(t, "sqlite:"+filepath.Join(t.TempDir(), "carry.db"))
 	ctx := electorCtx(t)
-	if err := migrate.Up(ctx, db); err != nil {
-		t.Fatal(err)
-	}
+	db := migratedSQLite(t, ctx, "carry")
 	g, err := NewGroup(ctx, db, uuid.New(), GroupConfig{Namespaces: []string{"carry"}}, WithLogger(silent))
 	if err != nil {
 		t.Fatal(err)
@@ -197,4 +190,15 @@ func TestGroupCarryCountsTheSeatsRead(t *testing.T) {
 		t.Errorf("renewing 2,500 seats in %v: a bound of %d seats, want %d", took, c, want)
 	}
 	g.box.leading = 0
+}
+
+// migratedSQLite returns a database of its own for t, a file named name
+// on SQLite, migrated: for tests that drive a Group by hand.
+func migratedSQLite(t *testing.T, ctx context.Context, name string) *gorm.DB {
+	t.Helper()
+	db := testdb.OpenDSN(t, "sqlite:"+filepath.Join(t.TempDir(), name+".db"))
+	if err := migrate.Up(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	return db
 }
