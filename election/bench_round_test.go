@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"gorm.io/gorm"
 
 	"github.com/sqlelect/sqlelect/internal/pace"
 	"github.com/sqlelect/sqlelect/internal/testdb"
@@ -41,18 +42,7 @@ func benchFollowing(b *testing.B, gapped bool) {
 	db := testdb.Open(b, testdb.Only(b, "sqlite"))
 	ctx := context.Background()
 	for _, n := range []int{500, 5000} { // a Group takes at most 5,461 on SQLite
-		prefix := fmt.Sprintf("bench.follow.%s.%d.", uuid.NewString()[:8], n)
-		if err := db.WithContext(ctx).Exec("WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?) "+
-			"INSERT INTO election_leaders (namespace, leader_id, term, lease_expires_at, acquired_at, updated_at) "+
-			"SELECT ? || printf('%06d', i), ?, 1, strftime('%Y-%m-%d %H:%M:%f', 'now', '+1 hour') || '000', "+
-			"strftime('%Y-%m-%d %H:%M:%f', 'now') || '000', strftime('%Y-%m-%d %H:%M:%f', 'now') || '000' FROM s",
-			n, prefix, uuid.NewString()).Error; err != nil {
-			b.Fatal(err)
-		}
-		names := make([]string, n)
-		for i := range names {
-			names[i] = fmt.Sprintf("%s%06d", prefix, i+1)
-		}
+		names := heldByAnother(b, ctx, db, fmt.Sprintf("bench.follow.%s.%d.", uuid.NewString()[:8], n), n)
 		g, err := NewGroup(ctx, db, uuid.New(), GroupConfig{Namespaces: names}, WithLogger(silent))
 		if err != nil {
 			b.Fatal(err)
@@ -89,4 +79,23 @@ func benchFollowing(b *testing.B, gapped bool) {
 			}
 		})
 	}
+}
+
+// heldByAnother writes n seats on SQLite, prefix followed by six digits,
+// each led by the same other candidate for an hour, and returns their
+// namespaces.
+func heldByAnother(tb testing.TB, ctx context.Context, db *gorm.DB, prefix string, n int) []string {
+	tb.Helper()
+	if err := db.WithContext(ctx).Exec("WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?) "+
+		"INSERT INTO election_leaders (namespace, leader_id, term, lease_expires_at, acquired_at, updated_at) "+
+		"SELECT ? || printf('%06d', i), ?, 1, strftime('%Y-%m-%d %H:%M:%f', 'now', '+1 hour') || '000', "+
+		"strftime('%Y-%m-%d %H:%M:%f', 'now') || '000', strftime('%Y-%m-%d %H:%M:%f', 'now') || '000' FROM s",
+		n, prefix, uuid.NewString()).Error; err != nil {
+		tb.Fatal(err)
+	}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s%06d", prefix, i+1)
+	}
+	return names
 }

@@ -1,7 +1,6 @@
 package election
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -21,18 +20,7 @@ func TestGroupMarksSeatsOnceAWindowInAGap(t *testing.T) {
 	ctx := electorCtx(t)
 	db := migratedSQLite(t, ctx, "gap")
 	const n = 12
-	// Another candidate leads every seat for an hour.
-	if err := db.WithContext(ctx).Exec("WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?) "+
-		"INSERT INTO election_leaders (namespace, leader_id, term, lease_expires_at, acquired_at, updated_at) "+
-		"SELECT 'gap.' || printf('%02d', i), ?, 1, strftime('%Y-%m-%d %H:%M:%f', 'now', '+1 hour') || '000', "+
-		"strftime('%Y-%m-%d %H:%M:%f', 'now') || '000', strftime('%Y-%m-%d %H:%M:%f', 'now') || '000' FROM s",
-		n, uuid.NewString()).Error; err != nil {
-		t.Fatal(err)
-	}
-	var nss []string
-	for i := range n {
-		nss = append(nss, fmt.Sprintf("gap.%02d", i+1))
-	}
+	nss := heldByAnother(t, ctx, db, "gap.", n) // another candidate leads every seat for an hour
 	g, err := NewGroup(ctx, db, uuid.New(), GroupConfig{Namespaces: nss}, WithLogger(silent))
 	if err != nil {
 		t.Fatal(err)
