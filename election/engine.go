@@ -365,7 +365,7 @@ func (m *machine) trustEnded(c *leadership) {
 		return
 	}
 	if now := m.clk.Now(); !now.Before(c.trustedUntil) {
-		m.log.Warn("election: no renewal within the trust window; stepping down before the lease can expire", "term", c.lease.Term)
+		m.box.steppedDownLocked(m, c.lease.Term, now)
 		m.stopLocked(whyTrust, now)
 	} else {
 		c.watchdog.Reset(c.trustedUntil.Sub(now))

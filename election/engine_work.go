@@ -16,6 +16,7 @@ type box struct {
 	flushing bool   // a goroutine runs the notes
 	leading  int    // the machines leading (a Group's balancing counts them)
 	stops    uint64 // leaderships ended, ever (a Group's round then takes its mark off their seats: RoundIn.Release)
+	downs    stepDowns
 }
 
 func (b *box) lock() { b.mu.Lock() }

@@ -287,6 +287,7 @@ func NewGroup(ctx context.Context, db *gorm.DB, id uuid.UUID, cfg GroupConfig, o
 		pace:    pace.New(dialect.FirstJoins(base.d)),
 		giveUps: make(chan struct{}, 1),
 	}
+	g.box.downs.log = g.log
 	for _, ns := range cfg.Namespaces {
 		g.members[ns] = g.newMember(ns)
 	}

@@ -453,6 +453,7 @@ func (g *Group) shutdown(ctx context.Context, err error) error {
 			rest = append(rest, mem.ns)
 		}
 	}
+	g.box.flushDownsLocked()
 	g.box.unlock()
 	for i, mem := range hubs {
 		mem.m.e.leaveHub(mem.m, hs[i])
