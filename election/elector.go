@@ -137,6 +137,9 @@ type testHooks struct {
 	// prune runs before each piece of a Group's prune (pruneLed) with
 	// its context; an error fails the piece without running it.
 	prune func(ctx context.Context) error
+	// walked runs in each round of a Group after its walk over the
+	// members, under the Group's lock, before the statement is sent.
+	walked func()
 }
 
 type roundReport struct {

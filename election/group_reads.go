@@ -1,6 +1,7 @@
 package election
 
 import (
+	"math/rand/v2"
 	"time"
 
 	"github.com/sqlelect/sqlelect/internal/dialect"
@@ -98,4 +99,24 @@ const atShareReads = 64
 // seats not led are read again by key, in steps. g.box is held.
 func (g *Group) rangeLocked() int {
 	return max(g.readsLocked(pace.Max), min(dialect.FirstJoins(g.base.d), g.affordLocked()))
+}
+
+// someOf returns at most n of the free seats nss, chosen at random when
+// there are more: a round reads no more free seats than it may write
+// candidate rows (pace.Budget.Joins), so that a fleet whose seats are
+// mostly free (a cold start, a database that could not keep up) reads them
+// in steps the rounds can afford, each process its own random share,
+// instead of every process reading every free seat in every round: rounds
+// too slow to make attempts in were then spent reading seats that no
+// attempt could take. The seats left out are read in later rounds, and
+// those whose lease ends are found by the round's range all the same.
+func someOf(nss []string, n int) []string {
+	if len(nss) <= n {
+		return nss
+	}
+	for i := range n {
+		j := i + rand.IntN(len(nss)-i)
+		nss[i], nss[j] = nss[j], nss[i]
+	}
+	return nss[:n]
 }
