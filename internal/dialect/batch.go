@@ -247,42 +247,6 @@ func TextArray(vs []string) string {
 	return b.String()
 }
 
-// TermsObject is the held leases as one JSON object, each namespace's term
-// under its name, for a parameter the statement casts to jsonb (pgRound).
-// Written by hand: encoding/json sorted a map's keys by reflection, and
-// allocated for each, in every round of a Group that leads thousands of
-// seats. A namespace is valid UTF-8 without NUL (election's rules), so
-// only quotes, backslashes and control bytes need escaping.
-func TermsObject(held []HeldLease) string {
-	n := 2
-	for _, h := range held {
-		n += len(h.Namespace) + 24
-	}
-	b := make([]byte, 0, n)
-	b = append(b, '{')
-	for i, h := range held {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, '"')
-		for j := 0; j < len(h.Namespace); j++ {
-			switch c := h.Namespace[j]; {
-			case c == '"' || c == '\\':
-				b = append(b, '\\', c)
-			case c < 0x20:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			default:
-				b = append(b, c)
-			}
-		}
-		b = append(b, '"', ':')
-		b = strconv.AppendInt(b, h.Term, 10)
-	}
-	return string(append(b, '}'))
-}
-
-const hexDigits = "0123456789abcdef"
-
 // Int64Array is vs as one PostgreSQL array literal, for a parameter the
 // statement casts to bigint[].
 func Int64Array(vs []int64) string {

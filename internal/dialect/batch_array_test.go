@@ -3,8 +3,6 @@ package dialect_test
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
-	"maps"
 	"math"
 	"slices"
 	"testing"
@@ -73,60 +71,6 @@ func TestArrayLiterals(t *testing.T) {
 		}
 		if !slices.Equal(gotI, terms) {
 			t.Errorf("bigint[] read back as %v, want %v", gotI, terms)
-		}
-	})
-}
-
-// TestTermsObject: TermsObject writes a JSON object that a JSON reader, and
-// PostgreSQL's jsonb, read back as every namespace's term, whatever bytes
-// the namespace holds (control bytes and line separators included).
-func TestTermsObject(t *testing.T) {
-	names := append(slices.Clone(awkward), "bell\a and escape\x1b", "del\x7f", "line\u2028separator", "<html&>")
-	held := make([]dialect.HeldLease, len(names))
-	want := map[string]int64{}
-	for i, ns := range names {
-		held[i] = dialect.HeldLease{Namespace: ns, Term: int64(i*i) - 3}
-		want[ns] = held[i].Term
-	}
-	held[1].Term, want[names[1]] = math.MaxInt64, math.MaxInt64
-	held[2].Term, want[names[2]] = math.MinInt64, math.MinInt64
-	obj := dialect.TermsObject(held)
-	var got map[string]int64
-	if err := json.Unmarshal([]byte(obj), &got); err != nil {
-		t.Fatalf("TermsObject wrote %s, not JSON: %v", obj, err)
-	}
-	if !maps.Equal(got, want) {
-		t.Errorf("TermsObject read back as %v, want %v", got, want)
-	}
-	if got := dialect.TermsObject(nil); got != "{}" {
-		t.Errorf("TermsObject(nil) = %s, want {}", got)
-	}
-
-	onPostgres(t, func(t *testing.T, ctx context.Context, raw *sql.DB) {
-		rows, err := raw.QueryContext(ctx, "SELECT n, CAST(CAST($2 AS jsonb) ->> n AS bigint) FROM unnest(CAST($1 AS text[])) AS t(n)",
-			dialect.TextArray(names), obj)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		read := map[string]int64{}
-		for rows.Next() {
-			var (
-				ns   string
-				term sql.NullInt64
-			)
-			if err := rows.Scan(&ns, &term); err != nil {
-				t.Fatal(err)
-			}
-			if term.Valid {
-				read[ns] = term.Int64
-			}
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		if !maps.Equal(read, want) {
-			t.Errorf("jsonb read back %v, want %v", read, want)
 		}
 	})
 }

@@ -17,7 +17,7 @@ import (
 func BenchmarkGroupRound(b *testing.B) {
 	raw, d := openPostgres(b)
 	ctx := context.Background()
-	for _, n := range []int{16, 128, 1000, 10000} {
+	for _, n := range []int{16, 128, 1000, 10000, 40000} {
 		names, round := seedSeats(b, raw, "zz-bench-round-", n)
 		if _, err := raw.ExecContext(ctx, "VACUUM ANALYZE election_leaders, election_candidates"); err != nil {
 			b.Fatal(err)

@@ -134,9 +134,9 @@ func GroupRound(ctx context.Context, conn gorm.ConnPool, d Dialect, in RoundIn) 
 	out := RoundOut{Renewed: map[string]time.Time{}}
 	p := d.(pieces)
 	if _, ok := d.(postgres); ok {
-		nss, terms := make([]string, len(in.Held)), make(map[string]int64, len(in.Held))
+		nss, terms, held := make([]string, len(in.Held)), make([]int64, len(in.Held)), make(map[string]bool, len(in.Held))
 		for i, h := range in.Held {
-			nss[i], terms[h.Namespace] = h.Namespace, h.Term
+			nss[i], terms[i], held[h.Namespace] = h.Namespace, h.Term, true
 		}
 		// The seats read whatever their state are sent in two arrays:
 		// those held, read by key, and the others, read as the plan sees
@@ -144,7 +144,7 @@ func GroupRound(ctx context.Context, conn gorm.ConnPool, d Dialect, in RoundIn) 
 		// renewal did not change them.
 		var heldRead, otherRead []string
 		for _, ns := range in.Read {
-			if _, held := terms[ns]; held {
+			if held[ns] {
 				heldRead = append(heldRead, ns)
 			} else {
 				otherRead = append(otherRead, ns)
@@ -152,7 +152,7 @@ func GroupRound(ctx context.Context, conn gorm.ConnPool, d Dialect, in RoundIn) 
 		}
 		out.Sent = time.Now()
 		rows, err := conn.QueryContext(ctx, pgRound(d, in.Joined), in.Member, in.Hostname, int64(in.PID), in.Label,
-			d.DurationArg(in.Expire), TextArray(in.Join), TextArray(nss), TermsObject(in.Held),
+			d.DurationArg(in.Expire), TextArray(in.Join), TextArray(nss), Int64Array(terms),
 			d.DurationArg(in.Horizon), TextArray(in.Sample), TextArray(otherRead), d.DurationArg(-in.Lapsed), in.Release,
 			TextArray(heldRead), int64(max(in.Range, 0)))
 		if err != nil {
