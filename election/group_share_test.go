@@ -376,6 +376,25 @@ func stallWhile(g *Group, stalled *atomic.Bool) {
 	}
 }
 
+// holdWhile makes g's database calls wait while held is set, until the
+// release it returns is called (once or more) or their context ends.
+func holdWhile(g *Group, held *atomic.Bool) (release func()) {
+	ch := make(chan struct{})
+	g.hooks.call = func(ctx context.Context) error {
+		if !held.Load() {
+			return nil
+		}
+		select {
+		case <-ch:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	var once sync.Once
+	return func() { once.Do(func() { close(ch) }) }
+}
+
 // TestGroupLeadsOnASlowDatabaseWithAShortInterval: a Group at Interval
 // 200 ms under the default 60 s window, whose every round and attempt
 // takes 100 ms more (a database that answers that slowly), still takes

@@ -74,20 +74,9 @@ func TestGroupGathersTrustStepDowns(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stall atomic.Bool
-	release := make(chan struct{})
-	g.hooks.call = func(ctx context.Context) error {
-		if !stall.Load() {
-			return nil
-		}
-		select {
-		case <-release:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	release := holdWhile(g, &stall)
 	runUntilCleanup(t, ctx, g)
-	t.Cleanup(func() { close(release) })
+	t.Cleanup(release)
 	waitUntil(t, 10*time.Second, "the Group leading every namespace", func() bool { return len(g.Leading()) == len(nss) })
 
 	stall.Store(true)

@@ -48,18 +48,7 @@ func TestGroupTrustsFromSending(t *testing.T) {
 		}
 	}
 	var paused atomic.Bool
-	resume := make(chan struct{})
-	g.hooks.call = func(ctx context.Context) error {
-		if !paused.Load() {
-			return nil
-		}
-		select {
-		case <-resume:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	resume := holdWhile(g, &paused)
 	rounds := make(chan roundReport, 64)
 	g.hooks.round = func(r roundReport) {
 		select {
@@ -67,7 +56,7 @@ func TestGroupTrustsFromSending(t *testing.T) {
 		default:
 		}
 	}
-	defer close(resume)
+	defer resume()
 	runUntilCleanup(t, ctx, g)
 
 	// The seat is taken at t0 without the clock moving: trusted until
