@@ -82,9 +82,9 @@ func pgRound(d Dialect, n int) string {
 		// renew now lose the mark: their lease's end is in free_at again,
 		// where the others find it. Only the member's own marked seats
 		// are read, through their index, each checked in a hash of those
-		// renewed: as NOT EXISTS, a plan that counted on few marked seats
-		// (statistics from before they were marked) compared each with
-		// every namespace held. A hash is planned only for a subquery the
+		// renewed: as NOT EXISTS, the plan built on statistics from before
+		// the seats were marked was a nested loop, which would compare each
+		// with every namespace held. A hash is planned only for a subquery the
 		// plan expects to fit in work_mem: one over the array itself,
 		// whose length a plan for the values given knows, was scanned
 		// once for each seat instead when the array was long or work_mem
