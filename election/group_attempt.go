@@ -74,8 +74,11 @@ func (g *Group) shareLocked() int {
 // elsewhere. At 40,000 namespaces x 16 processes on two cores, rounds
 // renewing 2,400 seats took 140-560 ms, rarely under slowRound's 167 ms,
 // and a crashed process's seats were still not all led 20 s later: every
-// round shed its attempts. g.box is held.
-func (g *Group) paceLocked(d time.Duration, err error) {
+// round shed its attempts. A round that renewed no lease and wrote
+// candidate rows (writing), slow but not heavy, is judged so for its
+// attempts only: the rows the next may write double (pace: JoinsGrew).
+// g.box is held.
+func (g *Group) paceLocked(d time.Duration, err error, writing bool) {
 	slow := err != nil || d > g.t.slowRound()
 	heavy := err == nil && d > g.t.heavyRound()
 	if heavy {
@@ -88,13 +91,19 @@ func (g *Group) paceLocked(d time.Duration, err error) {
 		// until the rounds are quick.
 		g.warm = now.Add(g.t.interval * 3 / 4)
 	}
-	if slow && err == nil && !heavy && dialect.TakesSeatsAtOnce(g.base.d) {
+	joins := g.pace.Joins()
+	switch {
+	case slow && err == nil && !heavy && dialect.TakesSeatsAtOnce(g.base.d):
 		g.pace.Slowed()
-		return
-	}
-	if g.pace.Round(slow) {
+	case g.pace.Round(slow):
 		g.log.Warn("election: the database is slow; shedding attempts on free seats, keeping the renewals",
 			"round", d.Round(time.Millisecond), "interval", g.t.interval, "err", err)
+	}
+	if writing && err == nil && !heavy {
+		// Slow with its own candidate rows, which hold up no renewal of
+		// its: the next round writes twice as many (at a cold start of
+		// 10,000 x 16 a process's rows took three rounds, not two).
+		g.pace.JoinsGrew(joins)
 	}
 }
 

@@ -143,6 +143,80 @@ func TestGroupWritesCandidateRowsInSteps(t *testing.T) {
 	}
 }
 
+// TestGroupWritesCandidateRowsAfterSlowRounds: a round that renews no
+// lease and is slow (not heavy) with writing candidate rows does not halve
+// the rows the next may write, which doubles as after a quick round: a
+// Group of three times the first round's rows has them all after two
+// rounds, each slow, while its seats wait (at a cold start of 10,000 x 16
+// the rows took three such rounds each).
+func TestGroupWritesCandidateRowsAfterSlowRounds(t *testing.T) {
+	for _, tg := range testdb.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			dsn := tg.DSN
+			if tg.Name == "sqlite" {
+				dsn = "sqlite:" + filepath.Join(t.TempDir(), "slow-joins.db")
+			}
+			db := testdb.OpenDSN(t, dsn)
+			d, err := dialect.For(db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := dialect.FirstJoins(d)
+			n := 3 * first
+			ctx := electorCtx(t)
+			if err := migrate.Up(ctx, db); err != nil {
+				t.Fatal(err)
+			}
+			raw := testdb.Raw(t, testdb.OpenDSN(t, dsn))
+			prefix := uuid.NewString()[:8]
+			nss := make([]string, n)
+			for i := range nss {
+				nss[i] = fmt.Sprintf("%s-%05d", prefix, i)
+			}
+			g, err := NewGroup(ctx, db, uuid.New(), GroupConfig{Namespaces: nss, Interval: 200 * time.Millisecond},
+				WithExpire(2*time.Second), WithLogger(silent))
+			if err != nil {
+				t.Fatal(err)
+			}
+			slow := g.t.slowRound() + (g.t.heavyRound()-g.t.slowRound())/2
+			var calls atomic.Int32
+			g.hooks.call = func(ctx context.Context) error {
+				if calls.Add(1) <= 2 {
+					time.Sleep(slow) // the first two rounds: slow, not heavy
+				}
+				return nil
+			}
+			q := "SELECT COUNT(*) FROM election_candidates WHERE member_id = ?"
+			if tg.Name == "postgres" {
+				q = "SELECT COUNT(*) FROM election_candidates WHERE member_id = $1"
+			}
+			written := make(chan int, 16)
+			var rounds atomic.Int32
+			g.hooks.round = func(rr roundReport) {
+				if rr.err != nil || rounds.Add(1) > 2 {
+					return
+				}
+				var k int
+				if err := raw.QueryRowContext(ctx, q, g.ID()).Scan(&k); err != nil {
+					t.Error(err)
+				}
+				written <- k
+			}
+			runUntilCleanup(t, ctx, g)
+			for i, want := range []int{first, n} {
+				select {
+				case got := <-written:
+					if got != want {
+						t.Fatalf("after slow round %d the Group has %d of %d candidate rows, want %d", i+1, got, n, want)
+					}
+				case <-time.After(time.Minute):
+					t.Fatalf("round %d did not succeed within a minute", i+1)
+				}
+			}
+		})
+	}
+}
+
 // TestGroupWritesCandidateRowsAgainAfterLapse: on PostgreSQL a Group whose
 // member row lapsed for longer than a window, and whose candidate rows a
 // prune deleted meanwhile (a process paused that long), writes them again:

@@ -282,7 +282,7 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 		g.liveHold = g.clk.Now().Add(g.base.expire)
 	}
 	if err != nil {
-		g.paceLocked(took, err)
+		g.paceLocked(took, err, false)
 		g.unsure = true
 		for _, mem := range members {
 			mem.m.settleLocked(result{start: sent, cause: cause, err: err})
@@ -383,7 +383,7 @@ func (g *Group) fullRound(ctx context.Context, cause roundCause) error {
 	// begins only once this one is handled (at 40,000 x 16, up to 218 ms
 	// beside a statement of 400-475 ms, judged neither slow nor heavy).
 	handled := g.clk.Now().Sub(start)
-	g.paceLocked(handled, nil)
+	g.paceLocked(handled, nil, len(in.Join) > 0 && len(held) == 0)
 	g.carryLocked(handled, len(held), len(out.Seats))
 	rand.Shuffle(len(attempts), func(i, j int) { attempts[i], attempts[j] = attempts[j], attempts[i] })
 	if g.cfg.Balance && out.Live > 0 {

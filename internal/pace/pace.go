@@ -162,6 +162,14 @@ func (b *Budget) Overloaded() bool { return b.carry != 0 && b.allowed == 0 }
 // Joins is the most candidate rows the next round may write.
 func (b *Budget) Joins() int { return b.joins }
 
+// JoinsGrew doubles the candidate rows the next round may write from
+// wrote, the budget of a round that renewed no lease, however slow it was
+// short of the renewals' cadence (Round and Slowed halve them), and leaves
+// the attempts as Round or Slowed set them: at a cold start every process
+// writes its rows at once, and its first rounds are slow with that alone,
+// while no lease of its waits on them.
+func (b *Budget) JoinsGrew(wrote int) { b.joins = max(b.joins, min(2*wrote, Max)) }
+
 // Batch is the most seats the next batch take may take: what is left of
 // this round's.
 func (b *Budget) Batch() int { return max(b.batch-b.took, 0) }

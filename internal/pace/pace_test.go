@@ -151,6 +151,47 @@ func TestSlowed(t *testing.T) {
 	}
 }
 
+// TestJoinsGrew: after a slow round, slowed or shedding, JoinsGrew
+// doubles the candidate rows from the round's budget and leaves the
+// attempts as the round set them; it never lowers the rows, and stops at
+// Max.
+func TestJoinsGrew(t *testing.T) {
+	for _, shed := range []bool{false, true} {
+		b := New(firstJoins)
+		b.Round(false)
+		joins := b.Joins()
+		if shed {
+			b.Round(true)
+		} else {
+			b.Slowed()
+		}
+		b.JoinsGrew(joins)
+		if got := b.Joins(); got != 2*joins {
+			t.Errorf("shed %v: %d candidate rows after a slow round that grew them, want %d", shed, got, 2*joins)
+		}
+		if got := b.Sheds(); got != shed {
+			t.Errorf("shed %v: the attempts shed %v after JoinsGrew", shed, got)
+		}
+		if !shed && (b.Batch() != FirstBatch || !b.Spend() || b.Spend()) {
+			t.Errorf("a slowed round that grew the rows: batch %d, want %d and exactly one attempt", b.Batch(), FirstBatch)
+		}
+	}
+	b := New(firstJoins)
+	for range 20 {
+		b.Round(false)
+	}
+	b.JoinsGrew(firstJoins)
+	if got := b.Joins(); got != Max {
+		t.Errorf("JoinsGrew lowered the candidate rows to %d from Max", got)
+	}
+	for range 20 {
+		b.JoinsGrew(b.Joins())
+	}
+	if got := b.Joins(); got != Max {
+		t.Errorf("candidate rows grown to %d, want Max (%d)", got, Max)
+	}
+}
+
 // firstJoins is the first rows' number the tests give New.
 const firstJoins = 1024
 
