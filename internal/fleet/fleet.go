@@ -75,6 +75,7 @@ type Proc struct {
 
 	mu      sync.Mutex
 	ready   bool
+	readyAt time.Time        // when the parent read its ready line
 	leading map[string]int64 // namespace -> term
 	starts  []start
 	stops   []Stop
@@ -171,6 +172,38 @@ func (f *Fleet) Led() int {
 		pr.mu.Unlock()
 	}
 	return len(seen)
+}
+
+// LedOver returns, for each process in the order they were started, when
+// the parent read its ready line (from Started; zero when it has not been
+// read) and how many namespaces it led at each step after Started, up to
+// and including until, as the parent read its lines.
+func (f *Fleet) LedOver(step, until time.Duration) (ready []time.Duration, led [][]int) {
+	for _, pr := range f.procs {
+		pr.mu.Lock()
+		var r time.Duration
+		if !pr.readyAt.IsZero() {
+			r = pr.readyAt.Sub(f.started)
+		}
+		var row []int
+		for t := step; t <= until; t += step {
+			at, n := f.started.Add(t), 0
+			for _, st := range pr.starts {
+				if st.at.Before(at) {
+					n++
+				}
+			}
+			for _, sp := range pr.stops {
+				if sp.At.Before(at) {
+					n--
+				}
+			}
+			row = append(row, n)
+		}
+		pr.mu.Unlock()
+		ready, led = append(ready, r), append(led, row)
+	}
+	return ready, led
 }
 
 // MaxLed returns the most namespaces one process leads.
@@ -532,6 +565,7 @@ func (pr *Proc) readEvents(r io.Reader) {
 		switch ev.Kind {
 		case "ready":
 			pr.ready = true
+			pr.readyAt = now
 		case "led":
 			pr.leading[ev.Namespace] = ev.Term
 			pr.starts = append(pr.starts, start{at: now, ns: ev.Namespace, term: ev.Term})

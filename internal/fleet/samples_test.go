@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -35,5 +36,28 @@ func TestStatementsInterpolated(t *testing.T) {
 	}
 	if n, _ := (&Proc{}).MostStatements(at(0), at(2000), time.Second); n != 0 {
 		t.Errorf("without reports: %d", n)
+	}
+}
+
+// LedOver counts, at each step, the leaderships a process had begun and
+// not ended by then, and gives its ready time from the fleet's start
+// (zero for one not ready).
+func TestLedOver(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	f := &Fleet{started: t0, procs: []*Proc{
+		{readyAt: at(300), starts: []start{{at: at(400), ns: "a"}, {at: at(600), ns: "b"}, {at: at(900), ns: "c"}},
+			stops: []Stop{{At: at(700), Namespace: "a"}}},
+		{},
+	}}
+	ready, led := f.LedOver(250*time.Millisecond, time.Second)
+	if len(ready) != 2 || ready[0] != 300*time.Millisecond || ready[1] != 0 {
+		t.Errorf("ready = %v, want [300ms 0s]", ready)
+	}
+	want := [][]int{{0, 1, 1, 2}, {0, 0, 0, 0}}
+	for i := range want {
+		if len(led) != len(want) || !slices.Equal(led[i], want[i]) {
+			t.Fatalf("led = %v, want %v", led, want)
+		}
 	}
 }

@@ -79,6 +79,7 @@ type options struct {
 	steady     time.Duration
 	conns      int
 	trace      bool
+	timeline   time.Duration // the cold start's steps, per process (printTimeline); 0: none
 	cpuProfile string        // a directory for each process's CPU profile
 	profileFor time.Duration // of its first profileFor (0: its whole life)
 	overload   overload
@@ -122,6 +123,7 @@ func parent() error {
 	plotFile := flag.String("plot", "", "write an SVG plot of the cost against the namespaces to this file: statements per process per interval, rows written and rows read per interval")
 	conns := flag.Int("conns", 3, "the most connections a candidate process opens (SetMaxOpenConns; one fewer are kept idle, for an expiry window)")
 	trace := flag.Bool("trace", false, "after each window, list its statements by kind and text, with the outcomes and stops")
+	timeline := flag.Duration("timeline", 0, "after each cold start, list for each process when it was ready and how many namespaces it led at every step of this length (where a cold start's time goes); 0: not listed")
 	cpuProfile := flag.String("cpuprofile", "", "write each candidate process's CPU profile to this directory (cpu-<pid>.prof; merge them with go tool pprof)")
 	profileFor := flag.Duration("cpuprofile-for", 0, "profile only each process's first this long (a cold start); 0: its whole life")
 	database := flag.String("database", "sqlelect_scale", "on PostgreSQL and MySQL, measure in this database (created when missing, and dropped again if this run created it); empty: the DSN's own")
@@ -134,7 +136,7 @@ func parent() error {
 	activityTick := flag.Duration("activity", 0, "on PostgreSQL, read pg_stat_activity this often over the whole run and list the statements found running by kind, with what they waited on (where the server's time goes); 0: not read")
 	flag.Parse()
 
-	o := options{db: *dbName, expire: *expire, steady: *steady, conns: *conns, trace: *trace,
+	o := options{db: *dbName, expire: *expire, steady: *steady, conns: *conns, trace: *trace, timeline: *timeline,
 		cpuProfile: *cpuProfile, profileFor: *profileFor,
 		overload: overload{latency: *latency, stall: *stall, hold: *hold, after: *after}}
 	switch {

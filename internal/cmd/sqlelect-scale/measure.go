@@ -87,6 +87,9 @@ func measure(ctx context.Context, o options, dsn string, m, p int, balance bool)
 		printTrace(os.Stderr, fmt.Sprintf("%d x %d, balance %s, cold start", m, p, onOff(balance)), nil, f.Trace(), cold.Seconds(), p)
 	}
 	coldText := cold.Round(time.Millisecond).String()
+	if o.timeline > 0 {
+		printTimeline(os.Stderr, fmt.Sprintf("%d x %d, balance %s, cold start", m, p, onOff(balance)), f, o.timeline, cold)
+	}
 	if err != nil {
 		if !errors.Is(err, fleet.ErrNotAllLed) {
 			return result{}, fmt.Errorf("cold start: %w after %v", err, cold.Round(time.Millisecond))
