@@ -2,6 +2,7 @@ package election
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"gorm.io/gorm"
 
 	"github.com/sqlelect/sqlelect/internal/dialect"
 	"github.com/sqlelect/sqlelect/internal/testdb"
@@ -30,6 +32,33 @@ func runUntilCleanup(t testing.TB, ctx context.Context, g *Group) {
 	})
 }
 
+// joinsFixture opens a migrated database of tg (SQLite in a file of the
+// test's own) and a raw connection to it, and returns them with the
+// candidate rows a first round writes there (dialect.FirstJoins) and
+// count(first) new namespaces, in order.
+func joinsFixture(t *testing.T, ctx context.Context, tg testdb.Target, count func(first int) int) (db *gorm.DB, raw *sql.DB, first int, nss []string) {
+	t.Helper()
+	dsn := tg.DSN
+	if tg.Name == "sqlite" {
+		dsn = "sqlite:" + filepath.Join(t.TempDir(), "joins.db")
+	}
+	db = testdb.OpenDSN(t, dsn)
+	d, err := dialect.For(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrate.Up(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	first = dialect.FirstJoins(d)
+	prefix := uuid.NewString()[:8]
+	nss = make([]string, count(first))
+	for i := range nss {
+		nss[i] = fmt.Sprintf("%s-%05d", prefix, i)
+	}
+	return db, testdb.Raw(t, testdb.OpenDSN(t, dsn)), first, nss
+}
+
 // TestGroupWritesCandidateRowsInSteps: a Group of more namespaces than a
 // round may write candidate rows for (dialect.FirstJoins) writes them over
 // its first rounds, the first namespaces in order first (the ones a
@@ -40,27 +69,9 @@ func runUntilCleanup(t testing.TB, ctx context.Context, g *Group) {
 func TestGroupWritesCandidateRowsInSteps(t *testing.T) {
 	for _, tg := range testdb.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
-			dsn := tg.DSN
-			if tg.Name == "sqlite" {
-				dsn = "sqlite:" + filepath.Join(t.TempDir(), "joins.db")
-			}
-			db := testdb.OpenDSN(t, dsn)
-			d, err := dialect.For(db)
-			if err != nil {
-				t.Fatal(err)
-			}
-			first := dialect.FirstJoins(d)
-			n := first + 300
 			ctx := electorCtx(t)
-			if err := migrate.Up(ctx, db); err != nil {
-				t.Fatal(err)
-			}
-			raw := testdb.Raw(t, testdb.OpenDSN(t, dsn))
-			prefix := uuid.NewString()[:8]
-			nss := make([]string, n)
-			for i := range nss {
-				nss[i] = fmt.Sprintf("%s-%05d", prefix, i)
-			}
+			db, raw, first, nss := joinsFixture(t, ctx, tg, func(first int) int { return first + 300 })
+			n := len(nss)
 			// Joined out of order: the Group sorts them itself.
 			shuffled := slices.Clone(nss)
 			slices.Reverse(shuffled)
@@ -152,27 +163,9 @@ func TestGroupWritesCandidateRowsInSteps(t *testing.T) {
 func TestGroupWritesCandidateRowsAfterSlowRounds(t *testing.T) {
 	for _, tg := range testdb.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
-			dsn := tg.DSN
-			if tg.Name == "sqlite" {
-				dsn = "sqlite:" + filepath.Join(t.TempDir(), "slow-joins.db")
-			}
-			db := testdb.OpenDSN(t, dsn)
-			d, err := dialect.For(db)
-			if err != nil {
-				t.Fatal(err)
-			}
-			first := dialect.FirstJoins(d)
-			n := 3 * first
 			ctx := electorCtx(t)
-			if err := migrate.Up(ctx, db); err != nil {
-				t.Fatal(err)
-			}
-			raw := testdb.Raw(t, testdb.OpenDSN(t, dsn))
-			prefix := uuid.NewString()[:8]
-			nss := make([]string, n)
-			for i := range nss {
-				nss[i] = fmt.Sprintf("%s-%05d", prefix, i)
-			}
+			db, raw, first, nss := joinsFixture(t, ctx, tg, func(first int) int { return 3 * first })
+			n := len(nss)
 			g, err := NewGroup(ctx, db, uuid.New(), GroupConfig{Namespaces: nss, Interval: 200 * time.Millisecond},
 				WithExpire(2*time.Second), WithLogger(silent))
 			if err != nil {
