@@ -82,14 +82,15 @@ func measure(ctx context.Context, o options, dsn string, m, p int, balance bool)
 	if err != nil {
 		cold = time.Since(f.Started())
 	}
+	title := fmt.Sprintf("%d x %d, balance %s, cold start", m, p, onOff(balance))
 	if o.trace {
 		// A failed cold start too: its statements say why.
-		printTrace(os.Stderr, fmt.Sprintf("%d x %d, balance %s, cold start", m, p, onOff(balance)), nil, f.Trace(), cold.Seconds(), p)
+		printTrace(os.Stderr, title, nil, f.Trace(), cold.Seconds(), p)
+	}
+	if o.timeline > 0 {
+		printTimeline(os.Stderr, title, f, o.timeline, cold)
 	}
 	coldText := cold.Round(time.Millisecond).String()
-	if o.timeline > 0 {
-		printTimeline(os.Stderr, fmt.Sprintf("%d x %d, balance %s, cold start", m, p, onOff(balance)), f, o.timeline, cold)
-	}
 	if err != nil {
 		if !errors.Is(err, fleet.ErrNotAllLed) {
 			return result{}, fmt.Errorf("cold start: %w after %v", err, cold.Round(time.Millisecond))
